@@ -1,0 +1,197 @@
+//! Command line (clap) and settings: flags, else `BOUNCER_*` environment variables (envy), else defaults.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Deserialize;
+
+use crate::report::Format;
+
+#[derive(Debug, Parser)]
+#[command(name = "bouncer", version, about = "Bounces leaky Kubernetes workloads one at a time, the way kubectl rollout restart does, and proves it.")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    #[command(flatten)]
+    pub flags: Flags,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check policy files offline (files or directories; many `---` documents per file).
+    Validate {
+        /// Files or directories; default: the configured policies path.
+        paths: Vec<PathBuf>,
+    },
+    /// Read-only report of what a run would do and why.
+    Plan,
+    /// Bounce what is due, one workload at a time (the CronJob entrypoint).
+    Run {
+        /// Plan and report, change nothing (also BOUNCER_DRY_RUN=true).
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Print the JSON Schema of a policy document.
+    Schema,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Default, Args)]
+pub struct Flags {
+    /// Policy files or directories [env: BOUNCER_POLICIES, comma-separated] [default: policies]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub policies: Vec<PathBuf>,
+    /// kubeconfig context [env: BOUNCER_CONTEXT] [default: current context, or in-cluster]
+    #[arg(long, global = true)]
+    pub context: Option<String>,
+    /// Only these namespaces (comma-separated) [env: BOUNCER_NAMESPACES] [default: all]
+    #[arg(long, global = true, value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+    /// Most bounces per run, over all policies [env: BOUNCER_MAX_BOUNCES] [default: 10]
+    #[arg(long, global = true)]
+    pub max_bounces: Option<usize>,
+    /// Report format on stdout [env: BOUNCER_OUTPUT] [default: table]
+    #[arg(long, short, global = true)]
+    pub output: Option<Format>,
+    /// Also write the report to this file (format from its extension: .json, .md, else table) [env: BOUNCER_REPORT]
+    #[arg(long, global = true)]
+    pub report: Option<PathBuf>,
+    /// Log format on stderr [env: BOUNCER_LOG_FORMAT] [default: text]
+    #[arg(long, global = true)]
+    pub log_format: Option<LogFormat>,
+    /// Rollout timeout for policies that set none, e.g. 10m [env: BOUNCER_ROLLOUT_TIMEOUT] [default: 10m]
+    #[arg(long, global = true, value_parser = humantime::parse_duration)]
+    pub rollout_timeout: Option<Duration>,
+    /// Namespace of the run lock (a Lease) [env: BOUNCER_LEASE_NAMESPACE] [default: the context's namespace]
+    #[arg(long, global = true)]
+    pub lease_namespace: Option<String>,
+    /// Name of the run lock Lease [env: BOUNCER_LEASE_NAME] [default: bouncer]
+    #[arg(long, global = true)]
+    pub lease_name: Option<String>,
+}
+
+/// `BOUNCER_*` environment variables, read once in `main`.
+#[derive(Debug, Default, Deserialize)]
+pub struct Env {
+    #[serde(default)]
+    pub policies: Option<Vec<PathBuf>>,
+    pub context: Option<String>,
+    #[serde(default)]
+    pub namespaces: Option<Vec<String>>,
+    pub max_bounces: Option<usize>,
+    pub output: Option<Format>,
+    pub report: Option<PathBuf>,
+    pub log_format: Option<LogFormat>,
+    pub rollout_timeout: Option<String>,
+    pub lease_namespace: Option<String>,
+    pub lease_name: Option<String>,
+    pub dry_run: Option<bool>,
+    pub verify_settle: Option<String>,
+}
+
+impl Env {
+    pub fn from_env() -> Result<Env, String> {
+        envy::prefixed("BOUNCER_").from_env::<Env>().map_err(|e| match e {
+            envy::Error::Custom(msg) => format!("invalid BOUNCER_* environment variable: {msg}"),
+            envy::Error::MissingValue(v) => format!("missing BOUNCER_{}", v.to_uppercase()),
+        })
+    }
+}
+
+/// Effective settings after flags, environment and defaults are merged.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub policies: Vec<PathBuf>,
+    pub context: Option<String>,
+    pub namespaces: Vec<String>,
+    pub max_bounces: usize,
+    pub output: Format,
+    pub report: Option<PathBuf>,
+    pub log_format: LogFormat,
+    pub rollout_timeout: Duration,
+    pub lease_namespace: Option<String>,
+    pub lease_name: String,
+    pub dry_run: bool,
+    pub verify_settle: Duration,
+}
+
+fn duration(var: &str, value: Option<String>, default: Duration) -> Result<Duration, String> {
+    match value {
+        None => Ok(default),
+        Some(v) => humantime::parse_duration(&v).map_err(|e| format!("{var}: {v:?} is not a duration (e.g. 10m): {e}")),
+    }
+}
+
+impl Settings {
+    pub fn merge(flags: Flags, env: Env, dry_run_flag: bool) -> Result<Settings, String> {
+        let non_empty = |v: Vec<String>| if v.is_empty() { None } else { Some(v) };
+        let max_bounces = flags.max_bounces.or(env.max_bounces).unwrap_or(10);
+        if max_bounces == 0 {
+            return Err("--max-bounces / BOUNCER_MAX_BOUNCES: must be at least 1".into());
+        }
+        let rollout_timeout = match flags.rollout_timeout {
+            Some(d) => d,
+            None => duration("BOUNCER_ROLLOUT_TIMEOUT", env.rollout_timeout, Duration::from_secs(600))?,
+        };
+        if rollout_timeout.is_zero() {
+            return Err("--rollout-timeout / BOUNCER_ROLLOUT_TIMEOUT: must be positive".into());
+        }
+        Ok(Settings {
+            policies: if flags.policies.is_empty() {
+                env.policies.filter(|p| !p.is_empty()).unwrap_or_else(|| vec![PathBuf::from("policies")])
+            } else {
+                flags.policies
+            },
+            context: flags.context.or(env.context),
+            namespaces: non_empty(flags.namespaces)
+                .or(env.namespaces)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty())
+                .collect(),
+            max_bounces,
+            output: flags.output.or(env.output).unwrap_or(Format::Table),
+            report: flags.report.or(env.report),
+            log_format: flags.log_format.or(env.log_format).unwrap_or(LogFormat::Text),
+            rollout_timeout,
+            lease_namespace: flags.lease_namespace.or(env.lease_namespace),
+            lease_name: flags.lease_name.or(env.lease_name).unwrap_or_else(|| "bouncer".into()),
+            dry_run: dry_run_flag || env.dry_run.unwrap_or(false),
+            verify_settle: duration("BOUNCER_VERIFY_SETTLE", env.verify_settle, Duration::from_secs(3))?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_win_over_env_and_env_over_defaults() {
+        let env = Env { max_bounces: Some(3), rollout_timeout: Some("2m".into()), ..Default::default() };
+        let s = Settings::merge(Flags::default(), env, false).unwrap();
+        assert_eq!(s.max_bounces, 3);
+        assert_eq!(s.rollout_timeout, Duration::from_secs(120));
+        assert_eq!(s.policies, vec![PathBuf::from("policies")]);
+        let flags = Flags { max_bounces: Some(1), ..Default::default() };
+        let env = Env { max_bounces: Some(3), ..Default::default() };
+        assert_eq!(Settings::merge(flags, env, false).unwrap().max_bounces, 1);
+    }
+
+    #[test]
+    fn bad_settings_name_the_variable() {
+        let env = Env { rollout_timeout: Some("soon".into()), ..Default::default() };
+        let err = Settings::merge(Flags::default(), env, false).unwrap_err();
+        assert!(err.contains("BOUNCER_ROLLOUT_TIMEOUT"), "{err}");
+        let env = Env { max_bounces: Some(0), ..Default::default() };
+        assert!(Settings::merge(Flags::default(), env, false).unwrap_err().contains("BOUNCER_MAX_BOUNCES"));
+    }
+}

@@ -1,0 +1,18 @@
+//! Kubernetes literals bouncer reads or writes, in one place.
+
+/// The pod-template annotation `kubectl rollout restart` writes (not kube-rs's `kube.kubernetes.io/restartedAt`).
+pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
+/// Opt-out on a workload or a namespace.
+pub const EXCLUDE_ANNOTATION: &str = "bouncer.dev/exclude";
+/// Set by the kubelet on mirror pods of static pods.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// Field manager of bouncer's own writes, so managedFields tell them apart.
+pub const FIELD_MANAGER: &str = "bouncer";
+/// The Deployment Progressing condition reason that means the rollout failed.
+pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+/// Controllers whose template writes are expected after a bounce (not a revert).
+pub const BUILTIN_MANAGERS: &[&str] = &["kube-controller-manager", "deployment-controller", "kube-apiserver"];
+/// Event reasons.
+pub const REASON_BOUNCED: &str = "Bounced";
+pub const REASON_FAILED: &str = "BounceFailed";
+pub const REASON_REVERTED: &str = "BounceReverted";

@@ -1,0 +1,277 @@
+//! The executor: bounces the plan strictly one workload at a time (fresh read, re-check, restart,
+//! wait, verify, event) and halts the queue on the first failure.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use kube::Client;
+use tokio::sync::watch;
+
+use crate::consts::{REASON_BOUNCED, REASON_FAILED, REASON_REVERTED};
+use crate::events::{self, Severity};
+use crate::inventory::read_workload;
+use crate::model::{Kind, Pdb, Workload, WorkloadRef};
+use crate::plan::{self, Bounce, Method, Plan};
+use crate::policy::{OnRevert, Policy};
+use crate::reason::SkipReason;
+use crate::restart::{self, with_retries};
+use crate::rollout;
+use crate::verify::{self, Verdict};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Status {
+    /// Restarted, rollout complete, verified.
+    Bounced,
+    /// The owner reverted the restart; the pods were then evicted one at a time (onRevert: evict).
+    RevertedEvicted { managers: Vec<String> },
+    /// The owner reverted the restart (onRevert: fail). Halts the queue.
+    Reverted { managers: Vec<String> },
+    /// The fresh read before acting found a reason not to.
+    Skipped(SkipReason),
+    /// Patch, rollout, eviction or verification failed. Halts the queue.
+    Failed(String),
+    /// The run was asked to stop (SIGTERM) during this bounce.
+    Interrupted,
+    /// Not tried because an earlier bounce halted the queue.
+    NotAttempted,
+}
+
+impl Status {
+    pub fn halts(&self) -> bool {
+        matches!(self, Status::Reverted { .. } | Status::Failed(_) | Status::Interrupted)
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            Status::Bounced => "bounced",
+            Status::RevertedEvicted { .. } => "revertedEvicted",
+            Status::Reverted { .. } => "reverted",
+            Status::Skipped(_) => "skipped",
+            Status::Failed(_) => "failed",
+            Status::Interrupted => "interrupted",
+            Status::NotAttempted => "notAttempted",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub policy: String,
+    pub target: WorkloadRef,
+    pub method: Method,
+    pub status: Status,
+    pub started: Option<DateTime<Utc>>,
+    /// When the restartedAt patch (or the first eviction) was written.
+    pub patched_at: Option<DateTime<Utc>>,
+    /// When the rollout was seen complete (or the last replacement ready).
+    pub completed_at: Option<DateTime<Utc>>,
+    pub finished: Option<DateTime<Utc>>,
+    pub verification: Option<String>,
+}
+
+pub struct Executor<'a> {
+    pub client: Client,
+    pub policies: BTreeMap<&'a str, &'a Policy>,
+    pub pdbs: &'a [Pdb],
+    pub excluded_namespaces: &'a BTreeSet<String>,
+    pub default_timeout: Duration,
+    /// Pause after completion before verifying, so a reverting owner has time to show itself.
+    pub settle: Duration,
+    pub clock: fn() -> DateTime<Utc>,
+    /// Becomes true when the run must stop (SIGTERM).
+    pub stop: watch::Receiver<bool>,
+}
+
+enum Step<T> {
+    Done(T),
+    Stopped,
+}
+
+impl Executor<'_> {
+    pub async fn execute(&mut self, plan: &Plan) -> Vec<Outcome> {
+        let mut outcomes = Vec::new();
+        let mut halted = false;
+        let total = plan.bounces.len();
+        for (i, bounce) in plan.bounces.iter().enumerate() {
+            let mut outcome = Outcome {
+                policy: bounce.policy.clone(),
+                target: bounce.target.clone(),
+                method: bounce.method,
+                status: Status::NotAttempted,
+                started: None,
+                patched_at: None,
+                completed_at: None,
+                finished: None,
+                verification: None,
+            };
+            if !halted && *self.stop.borrow() {
+                halted = true;
+            }
+            if !halted {
+                tracing::info!(workload = %bounce.target, policy = %bounce.policy, "bounce {}/{total}", i + 1);
+                outcome.started = Some((self.clock)());
+                self.bounce(bounce, &mut outcome).await;
+                outcome.finished = Some((self.clock)());
+                halted = outcome.status.halts();
+                tracing::info!(workload = %bounce.target, status = outcome.status.code(), "bounce {}/{total} done", i + 1);
+            }
+            outcomes.push(outcome);
+        }
+        outcomes
+    }
+
+    async fn bounce(&mut self, b: &Bounce, out: &mut Outcome) {
+        let policy = self.policies[b.policy.as_str()];
+        let fresh = match self.read(&b.target).await {
+            Ok(w) => w,
+            Err(error) => return out.status = Status::Skipped(SkipReason::ReadFailed { error }),
+        };
+        let now = (self.clock)();
+        let recheck = plan::identity_gates(policy, &fresh, self.excluded_namespaces)
+            .and_then(|()| {
+                if fresh.restarted_at != b.seen_restarted_at { Err(SkipReason::RestartedMeanwhile) } else { Ok(()) }
+            })
+            .and_then(|()| plan::cooldown(policy, &fresh, now))
+            .and_then(|()| plan::preflight(policy, &fresh, self.pdbs));
+        let method = match recheck {
+            Ok(method) => method,
+            Err(reason) => return out.status = Status::Skipped(reason),
+        };
+        out.method = method;
+        let timeout = b.timeout.unwrap_or(self.default_timeout);
+        out.status = match method {
+            Method::Rollout => self.rollout(b, &fresh, timeout, out).await,
+            Method::Evict => match self.evict_all(&fresh, timeout, out).await {
+                Ok(Step::Done(())) => {
+                    out.verification = Some(format!("{} pods replaced one at a time", fresh.pods.len()));
+                    Status::Bounced
+                }
+                Ok(Step::Stopped) => Status::Interrupted,
+                Err(e) => Status::Failed(e),
+            },
+        };
+        let now = (self.clock)();
+        match &out.status {
+            Status::Bounced => {
+                let note = format!("restarted by policy {} ({})", b.policy, out.verification.as_deref().unwrap_or("verified"));
+                events::emit(&self.client, &b.target, REASON_BOUNCED, &note, Severity::Normal, now).await;
+            }
+            Status::Failed(why) => {
+                events::emit(&self.client, &b.target, REASON_FAILED, why, Severity::Warning, now).await;
+            }
+            _ => {}
+        }
+    }
+
+    async fn read(&self, target: &WorkloadRef) -> Result<Workload, String> {
+        with_retries(&format!("read {target}"), || read_workload(&self.client, target)).await.map_err(|e| e.to_string())
+    }
+
+    async fn rollout(&mut self, b: &Bounce, fresh: &Workload, timeout: Duration, out: &mut Outcome) -> Status {
+        let old: BTreeSet<String> = fresh.pods.iter().map(|p| p.uid.clone()).collect();
+        let at = (self.clock)();
+        out.patched_at = Some(at);
+        let written = match restart::patch_restarted_at(&self.client, &b.target, at).await {
+            Ok(v) => v,
+            Err(e) => return Status::Failed(e.to_string()),
+        };
+        tracing::info!(workload = %b.target, "patched kubectl.kubernetes.io/restartedAt={written}; waiting for the rollout");
+        let waited = self.until_stopped(rollout::wait(&self.client, &b.target, timeout)).await;
+        match waited {
+            Step::Stopped => return Status::Interrupted,
+            Step::Done(Err(e)) => return Status::Failed(e.to_string()),
+            Step::Done(Ok(())) => out.completed_at = Some((self.clock)()),
+        }
+        if let Step::Stopped = self.until_stopped(tokio::time::sleep(self.settle)).await {
+            return Status::Interrupted;
+        }
+        let after = match self.read(&b.target).await {
+            Ok(w) => w,
+            Err(e) => return Status::Failed(format!("verification read failed: {e}")),
+        };
+        match verify::check(&after, &written, at, &old) {
+            Verdict::Verified { pods } => {
+                out.verification = Some(format!("restartedAt intact, {pods}/{pods} pods new and ready"));
+                Status::Bounced
+            }
+            Verdict::Incomplete { detail } => {
+                out.verification = Some(detail.clone());
+                Status::Failed(format!("rollout completed but verification failed: {detail}"))
+            }
+            Verdict::Reverted { found } => self.reverted(b, &after, at, found, timeout, out).await,
+        }
+    }
+
+    async fn reverted(
+        &mut self,
+        b: &Bounce,
+        after: &Workload,
+        at: DateTime<Utc>,
+        found: Option<String>,
+        timeout: Duration,
+        out: &mut Outcome,
+    ) -> Status {
+        let managers = verify::template_writers(&self.client, &b.target, at).await;
+        let by = if managers.is_empty() { "an unknown writer".to_string() } else { managers.join(", ") };
+        let found = found.unwrap_or_else(|| "removed".into());
+        let note = format!("restartedAt was reverted by {by} (now: {found}); onRevert: {:?}", b.on_revert);
+        out.verification = Some(note.clone());
+        tracing::warn!(workload = %b.target, "{note}");
+        events::emit(&self.client, &b.target, REASON_REVERTED, &note, Severity::Warning, (self.clock)()).await;
+        if b.on_revert == OnRevert::Fail {
+            return Status::Reverted { managers };
+        }
+        match self.evict_all(after, timeout, out).await {
+            Ok(Step::Done(())) => {
+                out.verification = Some(format!("{note}; {} pods evicted one at a time", after.pods.len()));
+                Status::RevertedEvicted { managers }
+            }
+            Ok(Step::Stopped) => Status::Interrupted,
+            Err(e) => Status::Failed(format!("{note}; eviction failed: {e}")),
+        }
+    }
+
+    /// Evicts the workload's pods one at a time, each followed by a wait for its replacement.
+    async fn evict_all(&mut self, w: &Workload, timeout: Duration, out: &mut Outcome) -> Result<Step<()>, String> {
+        let version = with_retries("discover the Eviction API", || restart::eviction_version(&self.client))
+            .await
+            .map_err(|e| format!("API discovery failed: {e}"))?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut pods: Vec<_> = w.pods.iter().filter(|p| !p.deleting).collect();
+        pods.sort_by(|a, b| a.name.cmp(&b.name));
+        let want = pods.len().max(1);
+        let selector = (w.target.kind != Kind::Pod).then_some(w.pod_selector.as_str());
+        for pod in pods {
+            tracing::info!(workload = %w.target, "evicting pod {} ({version})", pod.name);
+            out.patched_at.get_or_insert_with(self.clock);
+            let ns = w.target.namespace.as_str();
+            let step = self.until_stopped(restart::evict(&self.client, ns, &pod.name, version, deadline)).await;
+            match step {
+                Step::Stopped => return Ok(Step::Stopped),
+                Step::Done(r) => r.map_err(|e| e.to_string())?,
+            }
+            let replaced = restart::wait_replaced(&self.client, ns, &pod.uid, selector, &pod.name, want, deadline);
+            match self.until_stopped(replaced).await {
+                Step::Stopped => return Ok(Step::Stopped),
+                Step::Done(r) => r.map_err(|e| e.to_string())?,
+            }
+        }
+        out.completed_at = Some((self.clock)());
+        Ok(Step::Done(()))
+    }
+
+    async fn until_stopped<T>(&self, fut: impl std::future::Future<Output = T>) -> Step<T> {
+        let mut stop = self.stop.clone();
+        let stopped = async move {
+            // A dropped sender means nobody can ask us to stop any more: wait forever.
+            if stop.wait_for(|s| *s).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            v = fut => Step::Done(v),
+            () = stopped => Step::Stopped,
+        }
+    }
+}

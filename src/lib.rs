@@ -1,0 +1,222 @@
+//! bouncer: bounces leaky Kubernetes workloads one at a time, as `kubectl rollout restart` does,
+//! and proves each bounce. `main` wires the command line to the data flow of DESIGN.md:
+//! policies -> snapshot -> plan -> execute -> report.
+
+pub mod cli;
+pub mod consts;
+pub mod convert;
+pub mod error;
+pub mod events;
+pub mod execute;
+pub mod inventory;
+pub mod lock;
+pub mod memory;
+pub mod model;
+pub mod plan;
+pub mod policy;
+pub mod quantity;
+pub mod reason;
+pub mod report;
+pub mod restart;
+pub mod rollout;
+pub mod schedule;
+pub mod verify;
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use chrono::{DateTime, Utc};
+use kube::Client;
+use tokio::sync::watch;
+
+use crate::cli::{Cli, Command, Env, LogFormat, Settings};
+use crate::error::ClusterError;
+use crate::report::{Format, Mode};
+
+/// Exit codes: 0 ok (also "nothing due" and "lock held"), 1 a bounce failed or the run halted,
+/// 2 invalid input or settings, 3 cluster unreachable or forbidden.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    Ok = 0,
+    Failed = 1,
+    Invalid = 2,
+    Cluster = 3,
+}
+
+impl From<ExitStatus> for ExitCode {
+    fn from(s: ExitStatus) -> ExitCode {
+        ExitCode::from(s as u8)
+    }
+}
+
+pub const USER_AGENT: &str = concat!("bouncer/", env!("CARGO_PKG_VERSION"));
+
+fn clock() -> DateTime<Utc> {
+    Utc::now()
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BOUNCER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,tower=warn,hyper=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.with_target(false).compact().try_init(),
+    };
+}
+
+/// Runs one command. `host` names this run in the lock (the pod name in a cluster).
+pub async fn main(cli: Cli, env: Env, host: String) -> ExitStatus {
+    let dry_run_flag = matches!(cli.command, Command::Run { dry_run: true });
+    let settings = match Settings::merge(cli.flags, env, dry_run_flag) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("bouncer: {e}");
+            return ExitStatus::Invalid;
+        }
+    };
+    init_logging(settings.log_format);
+    match cli.command {
+        Command::Schema => {
+            println!("{}", serde_json::to_string_pretty(&policy::json_schema()).expect("schema serializes"));
+            ExitStatus::Ok
+        }
+        Command::Validate { paths } => {
+            let paths = if paths.is_empty() { settings.policies.clone() } else { paths };
+            match policy::load_paths(&paths) {
+                Ok(policies) => {
+                    let names: Vec<&str> = policies.iter().map(|p| p.name.as_str()).collect();
+                    println!("{} valid policies: {}", policies.len(), names.join(", "));
+                    ExitStatus::Ok
+                }
+                Err(e) => {
+                    eprintln!("bouncer: invalid policies:\n{e}");
+                    ExitStatus::Invalid
+                }
+            }
+        }
+        Command::Plan => plan_and_run(&settings, Mode::Plan, &host).await,
+        Command::Run { .. } => {
+            let mode = if settings.dry_run { Mode::DryRun } else { Mode::Run };
+            plan_and_run(&settings, mode, &host).await
+        }
+    }
+}
+
+async fn client(context: Option<&str>) -> Result<(Client, String), ClusterError> {
+    let options = kube::config::KubeConfigOptions { context: context.map(str::to_string), ..Default::default() };
+    let config = match context {
+        Some(_) => kube::Config::from_kubeconfig(&options).await.map_err(|e| ClusterError::Config(e.to_string()))?,
+        None => kube::Config::infer().await.map_err(|e| ClusterError::Config(e.to_string()))?,
+    };
+    let mut config = config;
+    // Names bouncer in the API server's audit log, so its requests can be counted.
+    config.headers.push((http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT)));
+    let namespace = config.default_namespace.clone();
+    let client = Client::try_from(config).map_err(ClusterError::Connect)?;
+    Ok((client, namespace))
+}
+
+async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus {
+    // Policies first: invalid input must fail before anything touches the cluster.
+    let policies = match policy::load_paths(&settings.policies) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("bouncer: invalid policies:\n{e}");
+            return ExitStatus::Invalid;
+        }
+    };
+    let cluster_failed = |e: ClusterError| {
+        eprintln!("bouncer: {e}");
+        ExitStatus::Cluster
+    };
+    let (client, default_ns) = match client(settings.context.as_deref()).await {
+        Ok(c) => c,
+        Err(e) => return cluster_failed(e),
+    };
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let signals = tokio::spawn(stop_on_signal(stop_tx.clone()));
+
+    let mut lease = None;
+    if mode == Mode::Run {
+        let ns = settings.lease_namespace.clone().unwrap_or(default_ns);
+        let identity = format!("{host}-{}", std::process::id());
+        match lock::acquire(&client, &ns, &settings.lease_name, &identity, clock, stop_tx.clone()).await {
+            Ok(lock::Acquired::Held(guard)) => lease = Some(guard),
+            Ok(lock::Acquired::Busy { holder }) => {
+                eprintln!("bouncer: another run holds the lock {ns}/{} ({holder}); nothing to do", settings.lease_name);
+                signals.abort();
+                return ExitStatus::Ok;
+            }
+            Err(e) => return cluster_failed(e),
+        }
+    }
+
+    let status = run_locked(settings, mode, &client, &policies, stop_rx).await;
+    if let Some(guard) = lease {
+        guard.release().await;
+    }
+    signals.abort();
+    status
+}
+
+async fn run_locked(
+    settings: &Settings,
+    mode: Mode,
+    client: &Client,
+    policies: &[policy::Policy],
+    stop: watch::Receiver<bool>,
+) -> ExitStatus {
+    let inventory = match inventory::snapshot(client, &settings.namespaces).await {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("bouncer: {e}");
+            return ExitStatus::Cluster;
+        }
+    };
+    let plan = plan::plan(policies, &inventory, clock(), &plan::Limits { max_bounces: settings.max_bounces });
+    let outcomes = if mode == Mode::Run {
+        let mut executor = execute::Executor {
+            client: client.clone(),
+            policies: policies.iter().map(|p| (p.name.as_str(), p)).collect(),
+            pdbs: &inventory.pdbs,
+            excluded_namespaces: &inventory.excluded_namespaces,
+            default_timeout: settings.rollout_timeout,
+            settle: settings.verify_settle,
+            clock,
+            stop,
+        };
+        Some(executor.execute(&plan).await)
+    } else {
+        None
+    };
+    let report = report::build(&plan, mode, outcomes.as_deref());
+    print!("{}", report::render(&report, settings.output));
+    if let Some(path) = &settings.report
+        && let Err(e) = std::fs::write(path, report::render(&report, format_for(path)))
+    {
+        eprintln!("bouncer: failed to write the report to {}: {e}", path.display());
+    }
+    let halted = outcomes.iter().flatten().any(|o| o.status.halts());
+    if halted { ExitStatus::Failed } else { ExitStatus::Ok }
+}
+
+fn format_for(path: &Path) -> Format {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("json") => Format::Json,
+        Some("md" | "markdown") => Format::Markdown,
+        _ => Format::Table,
+    }
+}
+
+/// SIGTERM (a Job being stopped) or Ctrl-C: finish nothing new, report, exit.
+async fn stop_on_signal(stop: watch::Sender<bool>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut term) = signal(SignalKind::terminate()) else { return };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::warn!("asked to stop: finishing the report without starting or waiting on more bounces");
+    let _ = stop.send(true);
+}

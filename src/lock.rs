@@ -1,0 +1,157 @@
+//! The run lock: a coordination.k8s.io/v1 Lease held and renewed for the whole run, so two
+//! overlapping runs never bounce at once. An expired lease (its holder gone) is taken over.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::PostParams;
+use kube::{Api, Client};
+use tokio::sync::watch;
+
+use crate::error::ClusterError;
+
+/// Seconds a holder has to renew before others may take the lease over.
+pub const LEASE_SECONDS: i32 = 30;
+
+pub enum Acquired {
+    Held(LeaseGuard),
+    /// Someone else holds a live lease.
+    Busy { holder: String },
+}
+
+pub struct LeaseGuard {
+    api: Api<Lease>,
+    name: String,
+    identity: String,
+    renewer: tokio::task::JoinHandle<()>,
+}
+
+fn micro(t: DateTime<Utc>) -> MicroTime {
+    MicroTime(k8s_openapi::jiff::Timestamp::from_microsecond(t.timestamp_micros()).unwrap_or_default())
+}
+
+fn expired(spec: &LeaseSpec, now: DateTime<Utc>) -> bool {
+    if spec.holder_identity.as_deref().is_none_or(str::is_empty) {
+        return true;
+    }
+    let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref());
+    let Some(renewed) = renewed else { return true };
+    let renewed = DateTime::from_timestamp_micros(renewed.0.as_microsecond()).unwrap_or_default();
+    let duration = chrono::Duration::seconds(spec.lease_duration_seconds.unwrap_or(LEASE_SECONDS) as i64);
+    now > renewed + duration
+}
+
+/// Tries once to take the lease. `lost` is set when a renewal fails, so the run stops bouncing.
+pub async fn acquire(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    identity: &str,
+    clock: fn() -> DateTime<Utc>,
+    lost: watch::Sender<bool>,
+) -> Result<Acquired, ClusterError> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let err = |source| ClusterError::Lease { namespace: namespace.into(), name: name.into(), source };
+    let now = clock();
+    let spec = LeaseSpec {
+        holder_identity: Some(identity.into()),
+        lease_duration_seconds: Some(LEASE_SECONDS),
+        acquire_time: Some(micro(now)),
+        renew_time: Some(micro(now)),
+        ..Default::default()
+    };
+    let taken = match api.get_opt(name).await.map_err(err)? {
+        None => {
+            let lease = Lease {
+                metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+                spec: Some(spec),
+            };
+            match api.create(&PostParams::default(), &lease).await {
+                Ok(_) => true,
+                Err(kube::Error::Api(s)) if s.code == 409 => false,
+                Err(e) => return Err(err(e)),
+            }
+        }
+        Some(mut lease) => {
+            let current = lease.spec.clone().unwrap_or_default();
+            if !expired(&current, now) {
+                return Ok(Acquired::Busy { holder: current.holder_identity.unwrap_or_default() });
+            }
+            let transitions = current.lease_transitions.unwrap_or(0) + 1;
+            lease.spec = Some(LeaseSpec { lease_transitions: Some(transitions), ..spec });
+            // The resourceVersion from the read makes this a compare-and-swap: of two runs
+            // taking over at once, one gets 409.
+            match api.replace(name, &PostParams::default(), &lease).await {
+                Ok(_) => true,
+                Err(kube::Error::Api(s)) if s.code == 409 => false,
+                Err(e) => return Err(err(e)),
+            }
+        }
+    };
+    if !taken {
+        let holder = api
+            .get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec?.holder_identity)
+            .unwrap_or_else(|| "another run".into());
+        return Ok(Acquired::Busy { holder });
+    }
+    let renewer = tokio::spawn(renew(api.clone(), name.to_string(), identity.to_string(), clock, lost));
+    Ok(Acquired::Held(LeaseGuard { api, name: name.into(), identity: identity.into(), renewer }))
+}
+
+async fn renew(api: Api<Lease>, name: String, identity: String, clock: fn() -> DateTime<Utc>, lost: watch::Sender<bool>) {
+    let every = Duration::from_secs((LEASE_SECONDS / 3) as u64);
+    let mut failures = 0;
+    loop {
+        tokio::time::sleep(every).await;
+        let renewed = async {
+            let mut lease = api.get(&name).await?;
+            let spec = lease.spec.get_or_insert_with(Default::default);
+            if spec.holder_identity.as_deref() != Some(identity.as_str()) {
+                return Ok(false);
+            }
+            spec.renew_time = Some(micro(clock()));
+            api.replace(&name, &PostParams::default(), &lease).await.map(|_| true)
+        };
+        match renewed.await {
+            Ok(true) => failures = 0,
+            Ok(false) => {
+                tracing::error!("the run lock {name} was taken over by another run; stopping");
+                let _ = lost.send(true);
+                return;
+            }
+            // One failed renewal is survivable (the lease lasts three periods); two are not.
+            Err(e) => {
+                failures += 1;
+                tracing::warn!("renewing the run lock {name} failed: {e}");
+                if failures >= 2 {
+                    tracing::error!("cannot renew the run lock {name}; stopping before it expires");
+                    let _ = lost.send(true);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl LeaseGuard {
+    /// Gives the lease up so the next run need not wait for it to expire.
+    pub async fn release(self) {
+        self.renewer.abort();
+        if let Ok(mut lease) = self.api.get(&self.name).await {
+            let spec = lease.spec.get_or_insert_with(Default::default);
+            if spec.holder_identity.as_deref() == Some(self.identity.as_str()) {
+                spec.holder_identity = None;
+                spec.renew_time = None;
+                if let Err(e) = self.api.replace(&self.name, &PostParams::default(), &lease).await {
+                    tracing::warn!("releasing the run lock {}: {e}", self.name);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! The memory trigger: per-pod usage against an absolute or percent-of-limit threshold.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::model::{MetricsState, PodSample, Workload};
+use crate::policy::{MemoryTrigger, Threshold, Window};
+use crate::schedule::in_windows;
+
+/// The workload's highest pod, as the report shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemoryReading {
+    pub pod: String,
+    pub usage: u64,
+    /// The threshold that pod is held to (None without a memory trigger, or without a limit).
+    pub threshold: Option<u64>,
+    /// Pods without metrics; they cannot trigger.
+    pub missing: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum MemoryState {
+    Over { pod: String, usage: u64, threshold: u64 },
+    Below { usage: u64, threshold: u64 },
+    OutsideWindow,
+    /// No pod of the workload has metrics.
+    NoMetrics,
+    /// percentOfLimit, but no pod has a memory limit.
+    NoLimit,
+    Unavailable(String),
+}
+
+pub struct Evaluation {
+    pub state: MemoryState,
+    /// usage / threshold of the highest pod, for ordering by urgency.
+    pub ratio: Option<f64>,
+}
+
+struct PodUsage<'a> {
+    pod: &'a PodSample,
+    usage: u64,
+    threshold: Option<u64>,
+}
+
+fn usages<'a>(trigger: Option<&MemoryTrigger>, w: &'a Workload) -> (Vec<PodUsage<'a>>, usize) {
+    let container = trigger.and_then(|t| t.container.as_deref());
+    let mut out = Vec::new();
+    let mut missing = 0;
+    for pod in &w.pods {
+        let containers: Vec<_> =
+            pod.containers.iter().filter(|c| container.is_none_or(|name| c.name == name)).collect();
+        let usage: Option<u64> = if pod.has_metrics && !containers.is_empty() {
+            containers.iter().map(|c| c.usage).sum()
+        } else {
+            None
+        };
+        let Some(usage) = usage else {
+            missing += 1;
+            continue;
+        };
+        let limit: Option<u64> = if containers.is_empty() { None } else { containers.iter().map(|c| c.limit).sum() };
+        let threshold = trigger.and_then(|t| match t.threshold {
+            Threshold::Bytes(b) => Some(b),
+            Threshold::PercentOfLimit(p) => limit.map(|l| (l as f64 * p / 100.0).floor() as u64),
+        });
+        out.push(PodUsage { pod, usage, threshold });
+    }
+    (out, missing)
+}
+
+fn ratio(u: &PodUsage) -> Option<f64> {
+    u.threshold.map(|t| u.usage as f64 / t.max(1) as f64)
+}
+
+/// The highest pod: by usage/threshold where thresholds exist, else by usage.
+fn highest<'a, 'b>(all: &'b [PodUsage<'a>]) -> Option<&'b PodUsage<'a>> {
+    all.iter().max_by(|a, b| {
+        ratio(a)
+            .unwrap_or(-1.0)
+            .total_cmp(&ratio(b).unwrap_or(-1.0))
+            .then(a.usage.cmp(&b.usage))
+            .then(b.pod.name.cmp(&a.pod.name))
+    })
+}
+
+pub fn reading(trigger: Option<&MemoryTrigger>, w: &Workload) -> Option<MemoryReading> {
+    let (all, missing) = usages(trigger, w);
+    highest(&all).map(|u| MemoryReading { pod: u.pod.name.clone(), usage: u.usage, threshold: u.threshold, missing })
+}
+
+/// None when the policy has no memory trigger.
+pub fn evaluate(
+    trigger: Option<&MemoryTrigger>,
+    windows: &[Window],
+    w: &Workload,
+    metrics: &MetricsState,
+    now: DateTime<Utc>,
+) -> Option<Evaluation> {
+    let trigger = trigger?;
+    let (all, _) = usages(Some(trigger), w);
+    let top = highest(&all);
+    let ratio = top.and_then(ratio);
+    let state = if let MetricsState::Unavailable(why) = metrics {
+        MemoryState::Unavailable(why.clone())
+    } else if all.is_empty() {
+        MemoryState::NoMetrics
+    } else if let Some(u) = top.filter(|u| u.threshold.is_some()) {
+        let threshold = u.threshold.unwrap_or(u64::MAX);
+        if u.usage <= threshold {
+            MemoryState::Below { usage: u.usage, threshold }
+        } else if !in_windows(windows, now) {
+            MemoryState::OutsideWindow
+        } else {
+            MemoryState::Over { pod: u.pod.name.clone(), usage: u.usage, threshold }
+        }
+    } else {
+        MemoryState::NoLimit
+    };
+    Some(Evaluation { state, ratio })
+}

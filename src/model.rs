@@ -1,0 +1,164 @@
+//! Domain structs the planner works on, converted once from API objects at the edge.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// Kinds of workload bouncer restarts. `Pod` is a bare pod (no controller).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub enum Kind {
+    Deployment,
+    StatefulSet,
+    DaemonSet,
+    Pod,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::Pod];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Deployment => "Deployment",
+            Kind::StatefulSet => "StatefulSet",
+            Kind::DaemonSet => "DaemonSet",
+            Kind::Pod => "Pod",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct WorkloadRef {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for WorkloadRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.kind.as_str().to_lowercase(), self.namespace, self.name)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum UpdateStrategy {
+    RollingUpdate,
+    /// Deployment strategy: all old pods go before new ones start.
+    Recreate,
+    /// StatefulSet/DaemonSet: the template change does not replace pods.
+    OnDelete,
+}
+
+/// Rollout-relevant status of a controller, as kubectl's rollout-status rules read it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RolloutStatus {
+    pub generation: i64,
+    pub observed_generation: i64,
+    /// spec.replicas (Deployment/StatefulSet) or desiredNumberScheduled (DaemonSet).
+    pub desired: i32,
+    /// status.replicas (Deployment/StatefulSet) or currentNumberScheduled (DaemonSet).
+    pub current: i32,
+    pub updated: i32,
+    pub ready: i32,
+    pub available: i32,
+    /// StatefulSet only.
+    pub partition: i32,
+    pub current_revision: Option<String>,
+    pub update_revision: Option<String>,
+    /// Deployment's Progressing condition has reason ProgressDeadlineExceeded.
+    pub progress_deadline_exceeded: bool,
+}
+
+/// A workload with the pods the inventory grouped under it.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub target: WorkloadRef,
+    pub labels: BTreeMap<String, String>,
+    /// Labels every pod of the workload gets (the pod template's; a bare pod's own).
+    pub template_labels: BTreeMap<String, String>,
+    /// The controller's pod selector in `-l` syntax, used to re-list its pods before acting.
+    pub pod_selector: String,
+    /// The workload's own metadata annotations (bouncer.dev/exclude lives here).
+    pub annotations: BTreeMap<String, String>,
+    /// kubectl.kubernetes.io/restartedAt from the pod template, if any and parseable.
+    pub restarted_at: Option<DateTime<Utc>>,
+    pub paused: bool,
+    pub strategy: UpdateStrategy,
+    pub status: RolloutStatus,
+    /// Pods that stay ready while the restart runs (replicas minus maxUnavailable for a rolling
+    /// update, 0 for Recreate, a single-replica StatefulSet or a bare pod).
+    pub min_ready_during_restart: i32,
+    pub pods: Vec<PodSample>,
+    /// A bare pod that is a mirror/static pod; never touched.
+    pub mirror: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodSample {
+    pub name: String,
+    pub uid: String,
+    pub labels: BTreeMap<String, String>,
+    /// status.startTime.
+    pub started: Option<DateTime<Utc>>,
+    pub ready: bool,
+    pub deleting: bool,
+    pub containers: Vec<ContainerSample>,
+    /// Whether a PodMetrics object was found for this pod.
+    pub has_metrics: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerSample {
+    pub name: String,
+    /// Working set bytes from metrics.k8s.io; None when the pod has no metrics for it.
+    pub usage: Option<u64>,
+    pub limit: Option<u64>,
+}
+
+/// A pod the selector matched whose owner bouncer does not restart (Job, a custom resource...).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unsupported {
+    pub namespace: String,
+    pub pod: String,
+    pub owner_kind: String,
+    pub owner_name: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A PodDisruptionBudget, as the eviction path needs it.
+#[derive(Debug, Clone)]
+pub struct Pdb {
+    pub namespace: String,
+    pub name: String,
+    pub selector: crate::policy::Selector,
+    pub disruptions_allowed: i32,
+}
+
+/// Whether pod metrics could be read this run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetricsState {
+    Available,
+    /// metrics.k8s.io is not served or the read failed; memory triggers cannot fire.
+    Unavailable(String),
+}
+
+/// Everything the planner needs from the cluster, as plain data.
+#[derive(Debug, Clone)]
+pub struct Inventory {
+    pub workloads: Vec<Workload>,
+    pub unsupported: Vec<Unsupported>,
+    /// Namespaces annotated `bouncer.dev/exclude: "true"`.
+    pub excluded_namespaces: std::collections::BTreeSet<String>,
+    pub pdbs: Vec<Pdb>,
+    pub metrics: MetricsState,
+}

@@ -1,0 +1,298 @@
+//! Table-driven tests of the planner on plain data.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::*;
+use crate::model::{ContainerSample, MetricsState, PodSample, RolloutStatus, Unsupported};
+use crate::policy::{MemoryTrigger, Restart, Selector, Threshold};
+use crate::schedule::Schedule;
+
+const MI: u64 = 1 << 20;
+
+fn t(s: &str) -> DateTime<Utc> {
+    s.parse().unwrap()
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn policy(name: &str, app: &str) -> Policy {
+    Policy {
+        name: name.into(),
+        source: "test.yaml".into(),
+        namespaces: vec![],
+        selector: Selector { match_labels: labels(&[("app", app)]), match_expressions: vec![] },
+        kinds: Kind::ALL.to_vec(),
+        schedule: None,
+        memory: None,
+        windows: vec![],
+        cooldown: Duration::from_secs(3600),
+        max_per_run: None,
+        allow_downtime: false,
+        restart: Restart { method: RestartMethod::Auto, timeout: None, on_revert: OnRevert::Fail },
+    }
+}
+
+fn nightly(mut p: Policy) -> Policy {
+    p.schedule = Some(Schedule::new("0 3 * * *", chrono_tz::UTC, Duration::from_secs(7200)).unwrap());
+    p
+}
+
+fn over(mut p: Policy, mib: u64) -> Policy {
+    p.memory = Some(MemoryTrigger { threshold: Threshold::Bytes(mib * MI), container: None });
+    p
+}
+
+fn pod(name: &str, app: &str, started: &str, usage_mib: Option<u64>) -> PodSample {
+    PodSample {
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        labels: labels(&[("app", app)]),
+        started: Some(t(started)),
+        ready: true,
+        deleting: false,
+        containers: vec![ContainerSample { name: "main".into(), usage: usage_mib.map(|m| m * MI), limit: Some(1024 * MI) }],
+        has_metrics: usage_mib.is_some(),
+    }
+}
+
+fn deployment(ns: &str, name: &str, app: &str, pods: Vec<PodSample>) -> Workload {
+    let n = pods.len() as i32;
+    Workload {
+        target: WorkloadRef { kind: Kind::Deployment, namespace: ns.into(), name: name.into() },
+        labels: BTreeMap::new(),
+        template_labels: labels(&[("app", app)]),
+        pod_selector: format!("app={app}"),
+        annotations: BTreeMap::new(),
+        restarted_at: None,
+        paused: false,
+        strategy: UpdateStrategy::RollingUpdate,
+        status: RolloutStatus {
+            generation: 1,
+            observed_generation: 1,
+            desired: n,
+            current: n,
+            updated: n,
+            ready: n,
+            available: n,
+            ..Default::default()
+        },
+        min_ready_during_restart: n.max(1),
+        pods,
+        mirror: false,
+    }
+}
+
+fn inventory(workloads: Vec<Workload>) -> Inventory {
+    Inventory {
+        workloads,
+        unsupported: vec![],
+        excluded_namespaces: BTreeSet::new(),
+        pdbs: vec![],
+        metrics: MetricsState::Available,
+    }
+}
+
+const NOW: &str = "2026-03-10T03:30:00Z";
+const OLD: &str = "2026-03-09T10:00:00Z";
+
+fn run(policies: &[Policy], inv: &Inventory) -> Plan {
+    plan(policies, inv, t(NOW), &Limits { max_bounces: 10 })
+}
+
+fn names(p: &Plan) -> Vec<String> {
+    p.bounces.iter().map(|b| b.target.name.clone()).collect()
+}
+
+fn reason_of<'a>(p: &'a Plan, name: &str) -> &'a SkipReason {
+    &p.skips.iter().find(|s| s.target.name == name).unwrap_or_else(|| panic!("{name} not skipped: {p:#?}")).reason
+}
+
+#[test]
+fn nightly_bounces_every_due_workload_and_reports_the_rest() {
+    let inv = inventory(vec![
+        deployment("a", "web", "web", vec![pod("web-1", "web", OLD, Some(100))]),
+        deployment("a", "fresh", "web", vec![pod("fresh-1", "web", "2026-03-10T03:10:00Z", Some(100))]),
+        deployment("a", "other", "other", vec![pod("other-1", "other", OLD, None)]),
+    ]);
+    let p = run(&[nightly(policy("n", "web"))], &inv);
+    assert_eq!(names(&p), vec!["web"]);
+    assert!(matches!(p.bounces[0].triggers[0], Trigger::Schedule { .. }));
+    // Started after the 03:00 fire: a re-run or a fresh deploy is never bounced again.
+    assert!(matches!(reason_of(&p, "fresh"), SkipReason::NotDue(_)));
+    // Not selected at all: not in the plan.
+    assert!(p.skips.iter().all(|s| s.target.name != "other"));
+}
+
+#[test]
+fn memory_bounces_only_workloads_over_the_threshold_most_urgent_first() {
+    let inv = inventory(vec![
+        deployment("a", "small", "x", vec![pod("s-1", "x", OLD, Some(300))]),
+        deployment("a", "big", "x", vec![pod("b-1", "x", OLD, Some(900)), pod("b-2", "x", OLD, Some(100))]),
+        deployment("a", "mid", "x", vec![pod("m-1", "x", OLD, Some(600))]),
+        deployment("a", "blind", "x", vec![pod("n-1", "x", OLD, None)]),
+    ]);
+    let p = run(&[over(policy("m", "x"), 512)], &inv);
+    assert_eq!(names(&p), vec!["big", "mid"]);
+    assert_eq!(p.bounces[0].memory.as_ref().unwrap().pod, "b-1");
+    assert!(matches!(reason_of(&p, "small"), SkipReason::NotDue(n) if matches!(n.memory, Some(MemoryState::Below { .. }))));
+    // Missing metrics never mean "bounce".
+    assert!(matches!(reason_of(&p, "blind"), SkipReason::NotDue(n) if n.memory == Some(MemoryState::NoMetrics)));
+}
+
+#[test]
+fn percent_of_limit_and_named_container() {
+    let mut p = policy("m", "x");
+    p.memory = Some(MemoryTrigger { threshold: Threshold::PercentOfLimit(80.0), container: Some("main".into()) });
+    let mut hot = pod("hot-1", "x", OLD, Some(900));
+    hot.containers.push(ContainerSample { name: "sidecar".into(), usage: Some(10 * MI), limit: None });
+    let mut nolimit = pod("nl-1", "x", OLD, Some(900));
+    nolimit.containers[0].limit = None;
+    let inv = inventory(vec![
+        deployment("a", "hot", "x", vec![hot]),
+        deployment("a", "cool", "x", vec![pod("c-1", "x", OLD, Some(700))]),
+        deployment("a", "nolimit", "x", vec![nolimit]),
+    ]);
+    let plan = run(&[p], &inv);
+    assert_eq!(names(&plan), vec!["hot"]);
+    assert!(matches!(reason_of(&plan, "nolimit"), SkipReason::NotDue(n) if n.memory == Some(MemoryState::NoLimit)));
+}
+
+#[test]
+fn metrics_unavailable_turns_memory_off_but_not_schedules() {
+    let mut inv = inventory(vec![
+        deployment("a", "leaky", "x", vec![pod("l-1", "x", OLD, None)]),
+        deployment("a", "nightly", "y", vec![pod("n-1", "y", OLD, None)]),
+    ]);
+    inv.metrics = MetricsState::Unavailable("metrics.k8s.io is not served".into());
+    let p = run(&[over(policy("m", "x"), 100), nightly(policy("n", "y"))], &inv);
+    assert_eq!(names(&p), vec!["nightly"]);
+    assert!(
+        matches!(reason_of(&p, "leaky"), SkipReason::NotDue(n) if matches!(n.memory, Some(MemoryState::Unavailable(_))))
+    );
+}
+
+#[test]
+fn cooldown_counts_from_restarted_at_or_the_oldest_pod() {
+    let mut recent = deployment("a", "recent", "x", vec![pod("r-1", "x", OLD, Some(900))]);
+    recent.restarted_at = Some(t("2026-03-10T03:00:00Z"));
+    let young = deployment("a", "young", "x", vec![pod("y-1", "x", "2026-03-10T03:20:00Z", Some(900))]);
+    let inv = inventory(vec![recent, young, deployment("a", "due", "x", vec![pod("d-1", "x", OLD, Some(900))])]);
+    let p = run(&[over(policy("m", "x"), 512)], &inv);
+    assert_eq!(names(&p), vec!["due"]);
+    assert!(matches!(reason_of(&p, "recent"), SkipReason::Cooldown { .. }));
+    assert!(matches!(reason_of(&p, "young"), SkipReason::Cooldown { .. }));
+}
+
+#[test]
+fn preflight_gates_skip_with_reasons() {
+    let mk = |name: &str| deployment("a", name, "x", vec![pod(&format!("{name}-1"), "x", OLD, Some(900))]);
+    let mut paused = mk("paused");
+    paused.paused = true;
+    let mut rolling = mk("rolling");
+    rolling.status.generation = 2;
+    // The controller's status says available, but the pod itself is not ready (a fresher fact).
+    let mut unavailable = mk("unavailable");
+    unavailable.pods[0].ready = false;
+    let mut single = mk("single");
+    single.min_ready_during_restart = 0;
+    let mut excluded = mk("excluded");
+    excluded.annotations.insert("bouncer.dev/exclude".into(), "true".into());
+    let mut sts = mk("ondelete");
+    sts.target.kind = Kind::StatefulSet;
+    sts.strategy = UpdateStrategy::OnDelete;
+    let mut excluded_ns = mk("inexcluded");
+    excluded_ns.target.namespace = "quiet".into();
+    let mut inv = inventory(vec![paused, rolling, unavailable, single, excluded, sts, excluded_ns]);
+    inv.excluded_namespaces.insert("quiet".into());
+    let mut p = over(policy("m", "x"), 512);
+    p.restart.method = RestartMethod::Rollout;
+    let plan = run(&[p], &inv);
+    assert!(plan.bounces.is_empty(), "{:?}", names(&plan));
+    let cases: [(&str, fn(&SkipReason) -> bool); 7] = [
+        ("paused", |r| *r == SkipReason::Paused),
+        ("rolling", |r| matches!(r, SkipReason::RolloutInProgress { .. })),
+        ("unavailable", |r| matches!(r, SkipReason::NotAvailable { .. })),
+        ("single", |r| *r == SkipReason::Downtime),
+        ("excluded", |r| *r == SkipReason::Excluded),
+        ("ondelete", |r| *r == SkipReason::OnDelete),
+        ("inexcluded", |r| *r == SkipReason::NamespaceExcluded),
+    ];
+    for (name, ok) in cases {
+        assert!(ok(reason_of(&plan, name)), "{name}: {}", reason_of(&plan, name));
+    }
+}
+
+#[test]
+fn bare_pods_and_ondelete_use_eviction_and_respect_pdbs() {
+    let mut bare = deployment("a", "mcp-1", "x", vec![pod("mcp-1", "x", OLD, Some(900))]);
+    bare.target.kind = Kind::Pod;
+    bare.min_ready_during_restart = 0;
+    let mut sts = deployment("a", "db", "x", vec![pod("db-0", "x", OLD, Some(900)), pod("db-1", "x", OLD, Some(900))]);
+    sts.target.kind = Kind::StatefulSet;
+    sts.strategy = UpdateStrategy::OnDelete;
+    let inv = inventory(vec![bare.clone(), sts.clone()]);
+    let plan = run(&[over(policy("m", "x"), 512)], &inv);
+    // A bare pod has no second replica: downtime unless allowed.
+    assert_eq!(names(&plan), vec!["db"]);
+    assert_eq!(plan.bounces[0].method, Method::Evict);
+    assert_eq!(*reason_of(&plan, "mcp-1"), SkipReason::Downtime);
+
+    let mut p = over(policy("m", "x"), 512);
+    p.allow_downtime = true;
+    let mut inv = inventory(vec![bare, sts]);
+    inv.pdbs.push(Pdb {
+        namespace: "a".into(),
+        name: "db-pdb".into(),
+        selector: Selector { match_labels: labels(&[("app", "x")]), match_expressions: vec![] },
+        disruptions_allowed: 0,
+    });
+    let plan = run(&[p], &inv);
+    assert!(plan.bounces.is_empty());
+    assert_eq!(*reason_of(&plan, "db"), SkipReason::PdbBlocks { name: "db-pdb".into() });
+}
+
+#[test]
+fn caps_and_one_bounce_per_workload_across_policies() {
+    let inv = inventory(
+        (1..=5).map(|i| deployment("a", &format!("w{i}"), "x", vec![pod(&format!("p{i}"), "x", OLD, Some(500 + i))])).collect(),
+    );
+    let mut capped = over(policy("a-capped", "x"), 100);
+    capped.max_per_run = Some(2);
+    let other = over(policy("b-other", "x"), 100);
+    let p = plan(&[capped, other], &inv, t(NOW), &Limits { max_bounces: 3 });
+    // Most urgent first: w5 has the highest usage.
+    assert_eq!(names(&p), vec!["w5", "w4", "w3"]);
+    assert_eq!(p.bounces.iter().filter(|b| b.policy == "a-capped").count(), 2);
+    let all_skips: Vec<_> = p.skips.iter().map(|s| (s.target.name.as_str(), s.reason.code())).collect();
+    assert!(all_skips.contains(&("w3", "policyCap")), "{all_skips:?}");
+    assert!(all_skips.contains(&("w5", "claimed")), "{all_skips:?}");
+    assert!(all_skips.contains(&("w2", "globalCap")), "{all_skips:?}");
+    // Every selected (policy, workload) pair appears exactly once.
+    assert_eq!(p.bounces.len() + p.skips.len(), 10);
+}
+
+#[test]
+fn unsupported_owners_and_unlisted_kinds_are_reported() {
+    let mut inv = inventory(vec![deployment("a", "web", "x", vec![pod("w-1", "x", OLD, Some(900))])]);
+    inv.unsupported.push(Unsupported {
+        namespace: "a".into(),
+        pod: "job-abc".into(),
+        owner_kind: "Job".into(),
+        owner_name: "nightly-job".into(),
+        labels: labels(&[("app", "x")]),
+    });
+    let mut p = over(policy("m", "x"), 512);
+    p.kinds = vec![Kind::StatefulSet];
+    let plan = run(&[p], &inv);
+    assert!(plan.bounces.is_empty());
+    assert_eq!(*reason_of(&plan, "web"), SkipReason::KindNotSelected { kind: Kind::Deployment });
+    assert_eq!(
+        *reason_of(&plan, "job-abc"),
+        SkipReason::UnsupportedOwner { kind: "Job".into(), name: "nightly-job".into() }
+    );
+}

@@ -1,0 +1,98 @@
+//! Bounce policies: the validated form the planner consumes (`Policy`), loading from YAML files
+//! and directories (`load`), and the JSON Schema of the file format (`schema`).
+
+mod load;
+mod raw;
+mod schema;
+mod selector;
+mod validate;
+
+use std::time::Duration;
+
+use crate::model::Kind;
+use crate::schedule::Schedule;
+
+pub use load::{LoadError, PolicyError, load_paths, parse_str};
+pub use schema::json_schema;
+pub use selector::{Operator, Requirement, Selector};
+
+pub const API_VERSION: &str = "bouncer.dev/v1alpha1";
+pub const KIND: &str = "BouncePolicy";
+
+/// One validated BouncePolicy. Every field is already parsed and checked; defaults are applied.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub name: String,
+    /// Where it came from, for messages: "policies/vmcp.yaml (document 2)".
+    pub source: String,
+    /// Empty means every namespace the install may touch.
+    pub namespaces: Vec<String>,
+    pub selector: Selector,
+    /// Kinds of the owning workload this policy may bounce; never empty (defaults to all four).
+    pub kinds: Vec<Kind>,
+    pub schedule: Option<Schedule>,
+    pub memory: Option<MemoryTrigger>,
+    /// Memory-trigger windows; empty means any time.
+    pub windows: Vec<Window>,
+    pub cooldown: Duration,
+    pub max_per_run: Option<u32>,
+    pub allow_downtime: bool,
+    pub restart: Restart,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryTrigger {
+    pub threshold: Threshold,
+    /// Only this container's usage (and limit) counts; None means the sum over the pod.
+    pub container: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Threshold {
+    Bytes(u64),
+    /// Percent (0 < p <= 100) of the memory limit.
+    PercentOfLimit(f64),
+}
+
+/// A weekly window in a time zone, e.g. Mon-Fri 01:00-05:00 Europe/Berlin. `to` < `from` wraps
+/// past midnight (the day is the day the window opens).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Window {
+    pub days: Vec<chrono::Weekday>,
+    pub from: chrono::NaiveTime,
+    pub to: chrono::NaiveTime,
+    pub time_zone: chrono_tz::Tz,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Restart {
+    pub method: RestartMethod,
+    /// None: the run's default (`--rollout-timeout`).
+    pub timeout: Option<Duration>,
+    pub on_revert: OnRevert,
+}
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum RestartMethod {
+    /// Rolling restart for Deployments and RollingUpdate StatefulSets/DaemonSets; eviction for
+    /// bare pods and OnDelete workloads.
+    Auto,
+    /// Rolling restart only; workloads that cannot roll are skipped.
+    Rollout,
+    /// Evict pods one at a time through the Eviction API.
+    Evict,
+}
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum OnRevert {
+    /// Report the revert, fail the bounce and halt the queue.
+    Fail,
+    /// Report the revert, then evict the pods one at a time.
+    Evict,
+}

@@ -1,0 +1,323 @@
+//! The policy file format exactly as written in YAML (serde + JSON Schema from one set of types),
+//! and the Kubernetes quantity parser for memory sizes.
+//!
+//! Values that need more than a type check (cron, durations, zones, names) stay strings here so
+//! the loader can report every problem in a document, not just the first one serde meets.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer};
+
+use super::{OnRevert, Operator, RestartMethod};
+use crate::model::Kind;
+
+/// A BouncePolicy: which pods to watch, when their workloads are due for a restart, and how to
+/// restart them one at a time.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(title = "BouncePolicy")]
+pub struct RawPolicy {
+    // Both are checked on the untyped document first, so a foreign object gets one clear error.
+    #[allow(dead_code)]
+    #[schemars(extend("const" = super::API_VERSION))]
+    pub api_version: String,
+    #[allow(dead_code)]
+    #[schemars(extend("const" = super::KIND))]
+    pub kind: String,
+    pub metadata: RawMetadata,
+    pub spec: RawSpec,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawMetadata {
+    /// Unique across all loaded policies; a DNS-1123 subdomain.
+    pub name: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawSpec {
+    pub target: RawTarget,
+    pub triggers: RawTriggers,
+    /// When a memory trigger may act; omitted means any time. Schedules ignore windows.
+    #[serde(default)]
+    pub windows: Vec<RawWindow>,
+    /// Minimum time between two bounces of one workload, as a duration such as "6h" (default 1h).
+    pub cooldown: Option<String>,
+    /// At most this many workloads of this policy are bounced per run (default: no limit).
+    pub max_per_run: Option<u32>,
+    /// Bounce even when no pod would stay ready during the restart, e.g. single replicas.
+    pub allow_downtime: Option<bool>,
+    pub restart: Option<RawRestart>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawTarget {
+    /// Namespaces to look in; omitted means every namespace the install may touch.
+    pub namespaces: Option<Vec<String>>,
+    pub selector: RawSelector,
+    /// Kinds of the owning workload that may be bounced (default: all four). `Pod` means a pod
+    /// without a controller.
+    pub kinds: Option<Vec<Kind>>,
+}
+
+/// Selects pods by their labels, like `kubectl get pods -l`. Must not be empty.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawSelector {
+    #[serde(default)]
+    pub match_labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub match_expressions: Vec<RawRequirement>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawRequirement {
+    pub key: String,
+    pub operator: Operator,
+    /// Required (non-empty) for In and NotIn; must be empty for Exists and DoesNotExist.
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+/// Any trigger makes a workload due.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("minProperties" = 1))]
+pub struct RawTriggers {
+    pub schedule: Option<RawSchedule>,
+    pub memory: Option<RawMemory>,
+}
+
+/// Restart once per cron fire. Stateless: a workload whose pods all started after the latest fire
+/// is already restarted, and a fire older than the starting deadline is missed, not caught up.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawSchedule {
+    /// Standard 5-field cron ("0 3 * * *") or @hourly, @daily, @midnight, @weekly, @monthly,
+    /// @yearly, @annually.
+    pub cron: String,
+    /// IANA time zone the cron is read in, e.g. "Europe/Berlin" (default UTC).
+    pub time_zone: Option<String>,
+    /// How long after a fire a run may still act on it, as a duration (default "2h").
+    pub starting_deadline: Option<String>,
+}
+
+/// Restart when a pod's memory working set is over a threshold. Exactly one of `above` and
+/// `percentOfLimit`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("oneOf" = [{"required": ["above"]}, {"required": ["percentOfLimit"]}]))]
+pub struct RawMemory {
+    pub above: Option<RawQuantity>,
+    /// Percent of the memory limit, 0 < p <= 100. Pods without a limit cannot trigger.
+    pub percent_of_limit: Option<f64>,
+    /// Count only this container; omitted means the sum over the pod's containers.
+    pub container: Option<String>,
+}
+
+/// A weekly window: the listed days, from `from` until `to` (local time). `to` before `from`
+/// runs past midnight into the next day.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawWindow {
+    /// Mon..Sun or full day names, any case. For a window past midnight, the day it opens.
+    pub days: Vec<String>,
+    /// "HH:MM", 24-hour clock, inclusive.
+    pub from: String,
+    /// "HH:MM", 24-hour clock, exclusive.
+    pub to: String,
+    /// IANA time zone (default: the schedule trigger's zone, else UTC).
+    pub time_zone: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawRestart {
+    /// How to restart (default auto).
+    pub method: Option<RestartMethod>,
+    /// Per-bounce time limit as a duration such as "10m" (default: the run's rollout timeout).
+    pub timeout: Option<String>,
+    /// What to do when something reverts the restart annotation (default fail).
+    pub on_revert: Option<OnRevert>,
+}
+
+/// A Kubernetes quantity as written ("1536Mi", "2Gi", "500M", 1e9), kept as text for messages.
+#[derive(Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[schemars(
+    description = "Bytes as a Kubernetes quantity: \"1536Mi\", \"2Gi\", \"500M\", \"1e9\" or a number.",
+    extend("type" = ["string", "number"])
+)]
+pub struct RawQuantity(pub String);
+
+impl<'de> Deserialize<'de> for RawQuantity {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = RawQuantity;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a memory size such as \"1536Mi\" or a number of bytes")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawQuantity, E> {
+                Ok(RawQuantity(v.to_owned()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RawQuantity, E> {
+                Ok(RawQuantity(v.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<RawQuantity, E> {
+                Ok(RawQuantity(v.to_string()))
+            }
+            // YAML reads 1e9 as a float; Rust prints floats without exponents, so the text
+            // goes through the same exact parser as a string would.
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<RawQuantity, E> {
+                Ok(RawQuantity(v.to_string()))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// Bytes in a Kubernetes quantity: binary suffixes Ki..Ei, decimal m, k, M..E, exponents e/E, or
+/// none. Fractional bytes round up (a threshold never moves below what was written).
+pub(crate) fn parse_quantity(text: &str) -> Result<u64, String> {
+    let s = text.trim();
+    let s = s.strip_prefix('+').unwrap_or(s);
+    if s.starts_with('-') {
+        return Err("must not be negative".into());
+    }
+    let number_len = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, suffix) = s.split_at(number_len);
+    let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
+    if int_part.is_empty() && frac_part.is_empty() || frac_part.contains('.') {
+        return Err(
+            "expected a number followed by an optional suffix (Ki, Mi, Gi, k, M, G, ...)".into(),
+        );
+    }
+    // value = mantissa * 2^bin * 10^dec, with the fraction folded into dec.
+    let (bin, dec): (u32, i64) = match suffix {
+        "" => (0, 0),
+        "Ki" => (10, 0),
+        "Mi" => (20, 0),
+        "Gi" => (30, 0),
+        "Ti" => (40, 0),
+        "Pi" => (50, 0),
+        "Ei" => (60, 0),
+        "m" => (0, -3),
+        "k" => (0, 3),
+        "M" => (0, 6),
+        "G" => (0, 9),
+        "T" => (0, 12),
+        "P" => (0, 15),
+        "E" => (0, 18),
+        _ => match suffix.strip_prefix(['e', 'E']).map(str::parse::<i64>) {
+            Some(Ok(exp)) if exp.abs() <= 1000 => (0, exp),
+            _ => {
+                return Err(format!(
+                    "unknown suffix {suffix:?} (use Ki, Mi, Gi, Ti, k, M, G, T or e<N>)"
+                ));
+            }
+        },
+    };
+    let digits = format!("{int_part}{frac_part}");
+    let digits = digits.trim_start_matches('0');
+    if digits.is_empty() {
+        return Ok(0);
+    }
+    let too_large = || "too large".to_string();
+    if digits.len() > 38 {
+        return Err(too_large());
+    }
+    let mantissa: u128 = digits.parse().map_err(|_| too_large())?;
+    let scaled = mantissa.checked_mul(1u128 << bin).ok_or_else(too_large)?;
+    let dec = dec - frac_part.len() as i64;
+    let bytes = if dec >= 0 {
+        let factor = u32::try_from(dec)
+            .ok()
+            .and_then(|d| 10u128.checked_pow(d))
+            .ok_or_else(too_large)?;
+        scaled.checked_mul(factor).ok_or_else(too_large)?
+    } else {
+        match u32::try_from(-dec).ok().and_then(|d| 10u128.checked_pow(d)) {
+            Some(divisor) => scaled.div_ceil(divisor),
+            // Smaller than any u128 divisor can express: a positive amount under one byte.
+            None => 1,
+        }
+    };
+    u64::try_from(bytes).map_err(|_| too_large())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_in_bytes() {
+        let cases: &[(&str, u64)] = &[
+            ("0", 0),
+            ("1073741824", 1 << 30),
+            ("1536Mi", 1536 << 20),
+            ("2Gi", 2 << 30),
+            ("1.5Gi", 3 << 29),
+            ("64Ki", 64 << 10),
+            ("1Ti", 1 << 40),
+            ("1Ei", 1 << 60),
+            ("500M", 500_000_000),
+            ("1G", 1_000_000_000),
+            ("1k", 1000),
+            ("1e9", 1_000_000_000),
+            ("1E3", 1000),
+            ("2.5e3", 2500),
+            ("1.5", 2),
+            ("100m", 1),
+            ("1500m", 2),
+            ("0.1Ki", 103),
+            ("+1Mi", 1 << 20),
+            ("007", 7),
+            (".5k", 500),
+            ("1e-50", 1),
+            (" 1Gi ", 1 << 30),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_quantity(text), Ok(*want), "{text}");
+        }
+    }
+
+    #[test]
+    fn bad_quantities_are_rejected() {
+        for text in [
+            "", "-1Gi", "-0", "Gi", "1GB", "1gi", "1.2.3", "1 Gi", "1e", "1e1.5", "abc", "16Ei",
+            "1e30",
+        ] {
+            assert!(parse_quantity(text).is_err(), "{text:?} should be rejected");
+        }
+        assert_eq!(parse_quantity("-1").unwrap_err(), "must not be negative");
+        assert!(parse_quantity("1GB").unwrap_err().contains("\"GB\""));
+    }
+
+    #[test]
+    fn numbers_in_yaml_become_quantities() {
+        #[derive(Deserialize)]
+        struct Doc {
+            q: RawQuantity,
+        }
+        let parse =
+            |yaml: &str| serde_yaml_ng::from_str::<Doc>(yaml).map(|d| parse_quantity(&d.q.0));
+        assert_eq!(parse("q: 1e9").unwrap(), Ok(1_000_000_000));
+        assert_eq!(parse("q: 2048").unwrap(), Ok(2048));
+        assert_eq!(parse("q: 1.5").unwrap(), Ok(2));
+        assert_eq!(parse("q: 1536Mi").unwrap(), Ok(1536 << 20));
+        assert!(parse("q: -5").unwrap().is_err());
+        assert!(parse("q: [1]").is_err());
+    }
+}

@@ -1,0 +1,582 @@
+//! Validation of one parsed document: turns a `RawPolicy` into a `Policy`, applying defaults and
+//! recording every problem (not just the first) with its field path and value. apiVersion and
+//! kind are checked on the untyped document first, so a foreign object gets one clear error.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{NaiveTime, Weekday};
+use chrono_tz::Tz;
+
+use super::raw::{
+    RawMemory, RawPolicy, RawRestart, RawSchedule, RawSelector, RawTarget, RawWindow,
+    parse_quantity,
+};
+use super::selector::{
+    dns1123_label_problem, dns1123_subdomain_problem, label_key_problem, label_value_problem,
+};
+use super::{API_VERSION, KIND, Selector, Threshold, Window};
+use super::{
+    MemoryTrigger, OnRevert, Operator, Policy, PolicyError, Requirement, Restart, RestartMethod,
+};
+use crate::model::Kind;
+use crate::schedule::Schedule;
+use serde_yaml_ng::Value;
+
+const DEFAULT_STARTING_DEADLINE: Duration = Duration::from_secs(2 * 3600);
+const DEFAULT_COOLDOWN: Duration = Duration::from_secs(3600);
+
+/// Where problems go while one document is validated.
+pub(super) struct Check<'a> {
+    file: &'a str,
+    document: usize,
+    policy: Option<String>,
+    errors: &'a mut Vec<PolicyError>,
+    failed: bool,
+}
+
+impl<'a> Check<'a> {
+    pub(super) fn new(
+        file: &'a str,
+        document: usize,
+        policy: Option<String>,
+        errors: &'a mut Vec<PolicyError>,
+    ) -> Self {
+        Check {
+            file,
+            document,
+            policy,
+            errors,
+            failed: false,
+        }
+    }
+
+    pub(super) fn error(
+        &mut self,
+        field: Option<String>,
+        value: Option<String>,
+        problem: impl Into<String>,
+    ) {
+        self.failed = true;
+        self.errors.push(PolicyError {
+            file: Some(self.file.to_owned()),
+            document: Some(self.document),
+            policy: self.policy.clone(),
+            line: None,
+            column: None,
+            field,
+            value,
+            problem: problem.into(),
+        });
+    }
+
+    /// A problem with a string value, quoted in the message.
+    fn bad(&mut self, field: impl Into<String>, value: &str, problem: impl Into<String>) {
+        self.error(Some(field.into()), Some(format!("{value:?}")), problem);
+    }
+
+    fn at(&mut self, field: impl Into<String>, problem: impl Into<String>) {
+        self.error(Some(field.into()), None, problem);
+    }
+}
+
+/// The validated policy, or None when any problem was recorded in `check`.
+pub(super) fn validate(raw: RawPolicy, check: &mut Check) -> Option<Policy> {
+    let RawPolicy { metadata, spec, .. } = raw;
+    if let Some(problem) = dns1123_subdomain_problem(&metadata.name) {
+        check.bad("metadata.name", &metadata.name, problem);
+    }
+    labels(check, "metadata.labels", &metadata.labels, true);
+    labels(check, "metadata.annotations", &metadata.annotations, false);
+
+    let (namespaces, selector, kinds) = target(check, spec.target);
+    let triggers = spec.triggers;
+    if triggers.schedule.is_none() && triggers.memory.is_none() {
+        check.at("spec.triggers", "no trigger: set schedule, memory or both");
+    }
+    let has_memory = triggers.memory.is_some();
+    let schedule = triggers.schedule.map(|s| schedule(check, s));
+    let memory = triggers.memory.map(|m| memory(check, m));
+    if !spec.windows.is_empty() && !has_memory {
+        check.at(
+            "spec.windows",
+            "windows only gate the memory trigger, and this policy has none",
+        );
+    }
+    // Windows default to the schedule's zone so "03:00" means the same clock in both places.
+    let window_zone = match &schedule {
+        Some(Some(s)) => s.time_zone,
+        _ => Tz::UTC,
+    };
+    let windows: Vec<Option<Window>> = spec
+        .windows
+        .into_iter()
+        .enumerate()
+        .map(|(i, w)| window(check, i, w, window_zone))
+        .collect();
+    let cooldown = duration(
+        check,
+        "spec.cooldown",
+        spec.cooldown.as_deref(),
+        DEFAULT_COOLDOWN,
+    );
+    if spec.max_per_run == Some(0) {
+        check.error(
+            Some("spec.maxPerRun".into()),
+            Some("0".into()),
+            "must be at least 1 (omit it for no limit)",
+        );
+    }
+    let restart = restart(check, spec.restart);
+
+    if check.failed {
+        return None;
+    }
+    Some(Policy {
+        name: metadata.name,
+        source: format!("{} (document {})", check.file, check.document),
+        namespaces,
+        selector: selector?,
+        kinds,
+        schedule: match schedule {
+            Some(parsed) => Some(parsed?),
+            None => None,
+        },
+        memory: match memory {
+            Some(parsed) => Some(parsed?),
+            None => None,
+        },
+        windows: windows.into_iter().collect::<Option<_>>()?,
+        cooldown: cooldown?,
+        max_per_run: spec.max_per_run,
+        allow_downtime: spec.allow_downtime.unwrap_or(false),
+        restart: restart?,
+    })
+}
+
+fn labels(check: &mut Check, field: &str, map: &BTreeMap<String, String>, check_values: bool) {
+    for (key, value) in map {
+        if let Some(problem) = label_key_problem(key) {
+            check.bad(field, key, problem);
+        }
+        if let Some(problem) = label_value_problem(value).filter(|_| check_values) {
+            check.bad(format!("{field}[{key}]"), value, problem);
+        }
+    }
+}
+
+fn target(check: &mut Check, target: RawTarget) -> (Vec<String>, Option<Selector>, Vec<Kind>) {
+    let mut namespaces = Vec::new();
+    for (i, ns) in target.namespaces.into_iter().flatten().enumerate() {
+        if let Some(problem) = dns1123_label_problem(&ns) {
+            check.bad(format!("spec.target.namespaces[{i}]"), &ns, problem);
+        } else if !namespaces.contains(&ns) {
+            namespaces.push(ns);
+        }
+    }
+    let selector = selector(check, target.selector);
+    let kinds = match target.kinds {
+        None => Kind::ALL.to_vec(),
+        Some(list) if list.is_empty() => {
+            check.at(
+                "spec.target.kinds",
+                "must list at least one kind (omit it for all four)",
+            );
+            Vec::new()
+        }
+        Some(list) => list.into_iter().fold(Vec::new(), |mut kinds, kind| {
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
+            kinds
+        }),
+    };
+    (namespaces, selector, kinds)
+}
+
+fn selector(check: &mut Check, raw: RawSelector) -> Option<Selector> {
+    const FIELD: &str = "spec.target.selector";
+    labels(
+        check,
+        &format!("{FIELD}.matchLabels"),
+        &raw.match_labels,
+        true,
+    );
+    let mut match_expressions = Vec::new();
+    for (i, req) in raw.match_expressions.into_iter().enumerate() {
+        let field = format!("{FIELD}.matchExpressions[{i}]");
+        if let Some(problem) = label_key_problem(&req.key) {
+            check.bad(format!("{field}.key"), &req.key, problem);
+        }
+        let needs_values = matches!(req.operator, Operator::In | Operator::NotIn);
+        match (needs_values, req.values.is_empty()) {
+            (true, true) => check.at(
+                format!("{field}.values"),
+                format!("{:?} needs at least one value", req.operator),
+            ),
+            (false, false) => check.at(
+                format!("{field}.values"),
+                format!("{:?} takes no values", req.operator),
+            ),
+            _ => {}
+        }
+        for (j, value) in req.values.iter().enumerate() {
+            if let Some(problem) = label_value_problem(value) {
+                check.bad(format!("{field}.values[{j}]"), value, problem);
+            }
+        }
+        match_expressions.push(Requirement {
+            key: req.key,
+            operator: req.operator,
+            values: req.values,
+        });
+    }
+    let selector = Selector {
+        match_labels: raw.match_labels,
+        match_expressions,
+    };
+    if selector.is_empty() {
+        check.at(
+            FIELD,
+            "matchLabels and matchExpressions are both empty; a policy must not match every pod",
+        );
+        return None;
+    }
+    Some(selector)
+}
+
+fn schedule(check: &mut Check, raw: RawSchedule) -> Option<Schedule> {
+    const FIELD: &str = "spec.triggers.schedule";
+    let zone = time_zone(
+        check,
+        &format!("{FIELD}.timeZone"),
+        raw.time_zone.as_deref(),
+        Tz::UTC,
+    );
+    let deadline = duration(
+        check,
+        &format!("{FIELD}.startingDeadline"),
+        raw.starting_deadline.as_deref(),
+        DEFAULT_STARTING_DEADLINE,
+    );
+    let parsed = Schedule::new(
+        &raw.cron,
+        zone.unwrap_or(Tz::UTC),
+        deadline.unwrap_or_default(),
+    );
+    match parsed {
+        Err(problem) => {
+            check.bad(format!("{FIELD}.cron"), &raw.cron, problem);
+            None
+        }
+        Ok(schedule) => zone.and(deadline).map(|_| schedule),
+    }
+}
+
+fn memory(check: &mut Check, raw: RawMemory) -> Option<MemoryTrigger> {
+    const FIELD: &str = "spec.triggers.memory";
+    let threshold = match (raw.above, raw.percent_of_limit) {
+        (Some(above), None) => match parse_quantity(&above.0) {
+            Ok(0) => {
+                check.bad(
+                    format!("{FIELD}.above"),
+                    &above.0,
+                    "must be more than 0 bytes",
+                );
+                None
+            }
+            Ok(bytes) => Some(Threshold::Bytes(bytes)),
+            Err(problem) => {
+                check.bad(format!("{FIELD}.above"), &above.0, problem);
+                None
+            }
+        },
+        (None, Some(percent)) if percent.is_finite() && percent > 0.0 && percent <= 100.0 => {
+            Some(Threshold::PercentOfLimit(percent))
+        }
+        (None, Some(percent)) => {
+            let problem = "must be more than 0 and at most 100";
+            check.error(
+                Some(format!("{FIELD}.percentOfLimit")),
+                Some(percent.to_string()),
+                problem,
+            );
+            None
+        }
+        (above, _) => {
+            let which = if above.is_some() { "both" } else { "neither" };
+            check.at(
+                FIELD,
+                format!("set exactly one of above and percentOfLimit (found {which})"),
+            );
+            None
+        }
+    };
+    if let Some(container) = &raw.container
+        && let Some(problem) = dns1123_label_problem(container)
+    {
+        check.bad(format!("{FIELD}.container"), container, problem);
+    }
+    Some(MemoryTrigger {
+        threshold: threshold?,
+        container: raw.container,
+    })
+}
+
+fn window(check: &mut Check, index: usize, raw: RawWindow, default_zone: Tz) -> Option<Window> {
+    let field = format!("spec.windows[{index}]");
+    if raw.days.is_empty() {
+        check.at(format!("{field}.days"), "must list at least one day");
+    }
+    let mut days = Vec::new();
+    for (i, day) in raw.days.iter().enumerate() {
+        match weekday(day) {
+            Some(d) if days.contains(&d) => {}
+            Some(d) => days.push(d),
+            None => check.bad(
+                format!("{field}.days[{i}]"),
+                day,
+                "not a day: use Mon..Sun or a full day name",
+            ),
+        }
+    }
+    let from = clock(check, &format!("{field}.from"), &raw.from);
+    let to = clock(check, &format!("{field}.to"), &raw.to);
+    if from.is_some() && from == to {
+        check.bad(
+            format!("{field}.to"),
+            &raw.to,
+            "equals from: the window would be empty",
+        );
+    }
+    let time_zone = time_zone(
+        check,
+        &format!("{field}.timeZone"),
+        raw.time_zone.as_deref(),
+        default_zone,
+    );
+    Some(Window {
+        days,
+        from: from?,
+        to: to?,
+        time_zone: time_zone?,
+    })
+}
+
+fn restart(check: &mut Check, raw: Option<RawRestart>) -> Option<Restart> {
+    let raw = raw.unwrap_or(RawRestart {
+        method: None,
+        timeout: None,
+        on_revert: None,
+    });
+    let timeout = match raw.timeout.as_deref() {
+        None => None,
+        Some(text) => Some(duration(
+            check,
+            "spec.restart.timeout",
+            Some(text),
+            Duration::ZERO,
+        )?),
+    };
+    Some(Restart {
+        method: raw.method.unwrap_or(RestartMethod::Auto),
+        timeout,
+        on_revert: raw.on_revert.unwrap_or(OnRevert::Fail),
+    })
+}
+
+fn duration(
+    check: &mut Check,
+    field: &str,
+    text: Option<&str>,
+    default: Duration,
+) -> Option<Duration> {
+    let Some(text) = text else {
+        return Some(default);
+    };
+    match humantime::parse_duration(text) {
+        Ok(d) if d.is_zero() => check.bad(field, text, "must be longer than zero"),
+        // The planner does date arithmetic with it; absurd lengths would overflow there.
+        Ok(d) if d > Duration::from_secs(100 * 366 * 86400) => {
+            check.bad(field, text, "must be at most 100 years")
+        }
+        Ok(d) => return Some(d),
+        Err(e) => check.bad(
+            field,
+            text,
+            format!("not a duration such as \"90m\", \"6h\" or \"1h 30m\" ({e})"),
+        ),
+    }
+    None
+}
+
+fn time_zone(check: &mut Check, field: &str, text: Option<&str>, default: Tz) -> Option<Tz> {
+    let Some(text) = text else {
+        return Some(default);
+    };
+    let zone = text.parse::<Tz>().ok();
+    if zone.is_none() {
+        check.bad(
+            field,
+            text,
+            "unknown time zone: use an IANA name such as \"Europe/Berlin\" or \"UTC\"",
+        );
+    }
+    zone
+}
+
+fn clock(check: &mut Check, field: &str, text: &str) -> Option<NaiveTime> {
+    let bytes = text.as_bytes();
+    let digits = |range: std::ops::Range<usize>| {
+        text.get(range)
+            .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let parsed = match (bytes.len(), bytes.get(2), digits(0..2), digits(3..5)) {
+        (5, Some(b':'), Some(h), Some(m)) => {
+            NaiveTime::from_hms_opt(h.parse().ok()?, m.parse().ok()?, 0)
+        }
+        _ => None,
+    };
+    if parsed.is_none() {
+        check.bad(
+            field,
+            text,
+            "not a time: use HH:MM on a 24-hour clock, 00:00 to 23:59",
+        );
+    }
+    parsed
+}
+
+fn weekday(text: &str) -> Option<Weekday> {
+    Some(match text.to_ascii_lowercase().as_str() {
+        "mon" | "monday" => Weekday::Mon,
+        "tue" | "tuesday" => Weekday::Tue,
+        "wed" | "wednesday" => Weekday::Wed,
+        "thu" | "thursday" => Weekday::Thu,
+        "fri" | "friday" => Weekday::Fri,
+        "sat" | "saturday" => Weekday::Sat,
+        "sun" | "sunday" => Weekday::Sun,
+        _ => return None,
+    })
+}
+
+/// apiVersion and kind, checked first: a document of another kind is reported as such only.
+pub(super) fn header_ok(value: &Value, check: &mut Check) -> bool {
+    if !value.is_mapping() {
+        check.error(
+            None,
+            None,
+            format!("expected a {KIND} mapping, found {}", type_name(value)),
+        );
+        return false;
+    }
+    let mut ok = true;
+    for (field, want) in [("apiVersion", API_VERSION), ("kind", KIND)] {
+        match value.get(field) {
+            Some(Value::String(got)) if got == want => {}
+            Some(got) => {
+                let shown = got
+                    .as_str()
+                    .map_or_else(|| type_name(got).to_owned(), |s| format!("{s:?}"));
+                check.error(Some(field.into()), Some(shown), format!("must be {want:?}"));
+                ok = false;
+            }
+            None => {
+                check.error(
+                    Some(field.into()),
+                    None,
+                    format!("required field is missing (must be {want:?})"),
+                );
+                ok = false;
+            }
+        }
+    }
+    ok
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "a mapping",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value as Json, json};
+
+    use crate::policy::parse_str;
+
+    fn base() -> Json {
+        json!({
+            "apiVersion": "bouncer.dev/v1alpha1",
+            "kind": "BouncePolicy",
+            "metadata": {"name": "web"},
+            "spec": {
+                "target": {"selector": {"matchLabels": {"app": "web"}}},
+                "triggers": {"schedule": {"cron": "0 3 * * *"}, "memory": {"above": "1Gi"}},
+            },
+        })
+    }
+
+    /// Each case breaks one thing in a valid policy and must yield exactly that one error.
+    #[test]
+    fn each_problem_is_reported_with_field_and_value() {
+        type Break = fn(&mut Json);
+        #[rustfmt::skip]
+        let cases: &[(&str, Break)] = &[
+            (r#"spec.triggers.schedule.cron: "0 25 * * *": hour 25 out of range 0-23"#, |d| d["spec"]["triggers"]["schedule"]["cron"] = json!("0 25 * * *")),
+            (r#"spec.triggers.schedule.timeZone: "Mars/Olympus": unknown time zone"#, |d| d["spec"]["triggers"]["schedule"]["timeZone"] = json!("Mars/Olympus")),
+            (r#"spec.triggers.schedule.startingDeadline: "0s": must be longer than zero"#, |d| d["spec"]["triggers"]["schedule"]["startingDeadline"] = json!("0s")),
+            (r#"spec.cooldown: "-1h": not a duration"#, |d| d["spec"]["cooldown"] = json!("-1h")),
+            ("spec.triggers.memory: set exactly one of above and percentOfLimit (found both)", |d| d["spec"]["triggers"]["memory"]["percentOfLimit"] = json!(80)),
+            ("spec.triggers.memory: set exactly one of above and percentOfLimit (found neither)", |d| d["spec"]["triggers"]["memory"] = json!({})),
+            ("spec.triggers.memory.percentOfLimit: 150: must be more than 0 and at most 100", |d| d["spec"]["triggers"]["memory"] = json!({"percentOfLimit": 150})),
+            ("spec.triggers.memory.percentOfLimit: 0: must be more than 0", |d| d["spec"]["triggers"]["memory"] = json!({"percentOfLimit": 0})),
+            (r#"spec.triggers.memory.above: "0": must be more than 0 bytes"#, |d| d["spec"]["triggers"]["memory"]["above"] = json!(0)),
+            (r#"spec.triggers.memory.above: "1GB": unknown suffix"#, |d| d["spec"]["triggers"]["memory"]["above"] = json!("1GB")),
+            (r#"spec.triggers.memory.container: "App": must be a DNS-1123 label"#, |d| d["spec"]["triggers"]["memory"]["container"] = json!("App")),
+            ("spec.triggers: no trigger", |d| d["spec"]["triggers"] = json!({})),
+            ("spec.windows: windows only gate the memory trigger", |d| {
+                d["spec"]["triggers"]["memory"] = Json::Null;
+                d["spec"]["windows"] = json!([{"days": ["Mon"], "from": "01:00", "to": "02:00"}]);
+            }),
+            (r#"spec.windows[0].days[1]: "Mo": not a day"#, |d| d["spec"]["windows"] = json!([{"days": ["Sun", "Mo"], "from": "01:00", "to": "02:00"}])),
+            ("spec.windows[0].days: must list at least one day", |d| d["spec"]["windows"] = json!([{"days": [], "from": "01:00", "to": "02:00"}])),
+            (r#"spec.windows[0].from: "1:00": not a time"#, |d| d["spec"]["windows"] = json!([{"days": ["Mon"], "from": "1:00", "to": "02:00"}])),
+            (r#"spec.windows[0].to: "24:00": not a time"#, |d| d["spec"]["windows"] = json!([{"days": ["Mon"], "from": "01:00", "to": "24:00"}])),
+            (r#"spec.windows[0].to: "01:00": equals from"#, |d| d["spec"]["windows"] = json!([{"days": ["Mon"], "from": "01:00", "to": "01:00"}])),
+            ("spec.maxPerRun: 0: must be at least 1", |d| d["spec"]["maxPerRun"] = json!(0)),
+            (r#"spec.restart.timeout: "0m": must be longer than zero"#, |d| d["spec"]["restart"] = json!({"timeout": "0m"})),
+            ("spec.target.selector: matchLabels and matchExpressions are both empty", |d| d["spec"]["target"]["selector"] = json!({})),
+            ("spec.target.selector.matchExpressions[0].values: In needs at least one value", |d| d["spec"]["target"]["selector"]["matchExpressions"] = json!([{"key": "tier", "operator": "In"}])),
+            ("spec.target.selector.matchExpressions[0].values: Exists takes no values", |d| d["spec"]["target"]["selector"]["matchExpressions"] = json!([{"key": "tier", "operator": "Exists", "values": ["x"]}])),
+            (r#"spec.target.selector.matchLabels: "-app": label key name part must"#, |d| d["spec"]["target"]["selector"]["matchLabels"] = json!({"-app": "web"})),
+            (r#"spec.target.selector.matchLabels[app]: "web shop": label value must"#, |d| d["spec"]["target"]["selector"]["matchLabels"] = json!({"app": "web shop"})),
+            (r#"spec.target.namespaces[1]: "Shop": must be a DNS-1123 label"#, |d| d["spec"]["target"]["namespaces"] = json!(["shop", "Shop"])),
+            ("spec.target.kinds: must list at least one kind", |d| d["spec"]["target"]["kinds"] = json!([])),
+            ("spec.target.kinds[1]: unknown variant `Job`", |d| d["spec"]["target"]["kinds"] = json!(["Deployment", "Job"])),
+            (r#"metadata.name: "Web_1": must be a DNS-1123 subdomain"#, |d| d["metadata"]["name"] = json!("Web_1")),
+            ("metadata.name: required field is missing", |d| d["metadata"] = json!({"labels": {"a": "b"}})),
+            (r#"apiVersion: "bouncer.dev/v1": must be "bouncer.dev/v1alpha1""#, |d| d["apiVersion"] = json!("bouncer.dev/v1")),
+            // A foreign object gets one error, not one per field it does not share with ours.
+            (r#"kind: "Deployment": must be "BouncePolicy""#, |d| d["kind"] = json!("Deployment")),
+            ("spec.triggers.shedule: unknown field, expected `schedule` or `memory`", |d| d["spec"]["triggers"]["shedule"] = json!({"cron": "@daily"})),
+            ("spec.allowDowntime: invalid type: string \"yes\", expected a boolean", |d| d["spec"]["allowDowntime"] = json!("yes")),
+        ];
+        for (want, break_it) in cases {
+            let mut doc = base();
+            break_it(&mut doc);
+            let text = serde_yaml_ng::to_string(&doc).unwrap();
+            let err = parse_str("t.yaml", &text).expect_err(want);
+            let got: Vec<String> = err.errors.iter().map(ToString::to_string).collect();
+            assert_eq!(got.len(), 1, "{want}: {got:#?}");
+            assert!(got[0].contains(want), "want {want:?}\n got {:?}", got[0]);
+        }
+    }
+}

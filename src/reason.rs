@@ -1,0 +1,169 @@
+//! Why a workload is bounced (`Trigger`) or skipped (`SkipReason`), with stable codes for JSON.
+
+use std::fmt;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+
+use crate::memory::MemoryState;
+use crate::model::Kind;
+use crate::quantity::format_bytes;
+use crate::schedule::ScheduleVerdict;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Trigger {
+    Schedule { fired: DateTime<Utc> },
+    Memory { pod: String, usage: u64, threshold: u64 },
+}
+
+impl Trigger {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Trigger::Schedule { .. } => "schedule",
+            Trigger::Memory { .. } => "memory",
+        }
+    }
+}
+
+impl fmt::Display for Trigger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Trigger::Schedule { fired } => write!(f, "schedule (fired {})", rfc3339(*fired)),
+            Trigger::Memory { pod, usage, threshold } => {
+                write!(f, "memory ({pod} {} > {})", format_bytes(*usage), format_bytes(*threshold))
+            }
+        }
+    }
+}
+
+/// Why no trigger fired.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NotDue {
+    pub schedule: Option<ScheduleVerdict>,
+    pub next: Option<DateTime<Utc>>,
+    pub memory: Option<MemoryState>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum SkipReason {
+    NamespaceExcluded,
+    Excluded,
+    MirrorPod,
+    UnsupportedOwner { kind: String, name: String },
+    KindNotSelected { kind: Kind },
+    NoPods,
+    NotDue(NotDue),
+    Cooldown { last: DateTime<Utc>, until: DateTime<Utc> },
+    Paused,
+    RolloutInProgress { detail: String },
+    NotAvailable { ready: i32, desired: i32 },
+    OnDelete,
+    BarePodNoRollout,
+    Downtime,
+    PdbBlocks { name: String },
+    PolicyCap { max: u32 },
+    GlobalCap { max: usize },
+    Claimed { policy: String },
+    /// The restartedAt annotation changed between the plan and the fresh read.
+    RestartedMeanwhile,
+    /// The workload disappeared, or a safety read failed: fail closed.
+    ReadFailed { error: String },
+}
+
+impl SkipReason {
+    pub fn code(&self) -> &'static str {
+        match self {
+            SkipReason::NamespaceExcluded => "namespaceExcluded",
+            SkipReason::Excluded => "excluded",
+            SkipReason::MirrorPod => "mirrorPod",
+            SkipReason::UnsupportedOwner { .. } => "unsupportedOwner",
+            SkipReason::KindNotSelected { .. } => "kindNotSelected",
+            SkipReason::NoPods => "noPods",
+            SkipReason::NotDue(_) => "notDue",
+            SkipReason::Cooldown { .. } => "cooldown",
+            SkipReason::Paused => "paused",
+            SkipReason::RolloutInProgress { .. } => "rolloutInProgress",
+            SkipReason::NotAvailable { .. } => "notAvailable",
+            SkipReason::OnDelete => "onDelete",
+            SkipReason::BarePodNoRollout => "barePodNoRollout",
+            SkipReason::Downtime => "downtime",
+            SkipReason::PdbBlocks { .. } => "pdbBlocks",
+            SkipReason::PolicyCap { .. } => "policyCap",
+            SkipReason::GlobalCap { .. } => "globalCap",
+            SkipReason::Claimed { .. } => "claimed",
+            SkipReason::RestartedMeanwhile => "restartedMeanwhile",
+            SkipReason::ReadFailed { .. } => "readFailed",
+        }
+    }
+}
+
+impl fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SkipReason::NamespaceExcluded => write!(f, "namespace is annotated bouncer.dev/exclude=true"),
+            SkipReason::Excluded => write!(f, "annotated bouncer.dev/exclude=true"),
+            SkipReason::MirrorPod => write!(f, "static (mirror) pod"),
+            SkipReason::UnsupportedOwner { kind, name } => write!(f, "unsupported owner {kind} {name}"),
+            SkipReason::KindNotSelected { kind } => write!(f, "kind {kind} not in the policy's kinds"),
+            SkipReason::NoPods => write!(f, "no pods"),
+            SkipReason::NotDue(n) => write!(f, "{n}"),
+            SkipReason::Cooldown { last, until } => {
+                write!(f, "cooldown: restarted {}, due again after {}", rfc3339(*last), rfc3339(*until))
+            }
+            SkipReason::Paused => write!(f, "deployment is paused"),
+            SkipReason::RolloutInProgress { detail } => write!(f, "rollout in progress: {detail}"),
+            SkipReason::NotAvailable { ready, desired } => write!(f, "not fully available ({ready}/{desired} ready)"),
+            SkipReason::OnDelete => {
+                write!(f, "updateStrategy OnDelete: restartedAt would not replace pods (restart.method: rollout)")
+            }
+            SkipReason::BarePodNoRollout => write!(f, "bare pod has no rollout (restart.method: rollout)"),
+            SkipReason::Downtime => write!(f, "no pod would stay ready during the restart (allowDowntime: false)"),
+            SkipReason::PdbBlocks { name } => write!(f, "PodDisruptionBudget {name} allows no disruption"),
+            SkipReason::PolicyCap { max } => write!(f, "maxPerRun {max} reached"),
+            SkipReason::GlobalCap { max } => write!(f, "max bounces per run ({max}) reached"),
+            SkipReason::Claimed { policy } => write!(f, "bounced this run by policy {policy}"),
+            SkipReason::RestartedMeanwhile => write!(f, "restarted by someone else since the plan"),
+            SkipReason::ReadFailed { error } => write!(f, "could not re-read before acting: {error}"),
+        }
+    }
+}
+
+impl fmt::Display for NotDue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(m) = &self.memory {
+            parts.push(match m {
+                MemoryState::Below { usage, threshold } => {
+                    format!("memory {} <= {}", format_bytes(*usage), format_bytes(*threshold))
+                }
+                MemoryState::OutsideWindow => "memory over threshold but outside the windows".to_string(),
+                MemoryState::NoMetrics => "memory: no pod metrics".to_string(),
+                MemoryState::NoLimit => "memory: no memory limit".to_string(),
+                MemoryState::Unavailable(why) => format!("memory: metrics unavailable ({why})"),
+                MemoryState::Over { .. } => "memory over threshold".to_string(),
+            });
+        }
+        if let Some(s) = &self.schedule {
+            parts.push(match s {
+                ScheduleVerdict::AlreadyRestarted { fired } => {
+                    format!("schedule: restarted since {}", rfc3339(*fired))
+                }
+                ScheduleVerdict::Missed { fired } => {
+                    format!("schedule: missed {} (past startingDeadline)", rfc3339(*fired))
+                }
+                ScheduleVerdict::NoPods { .. } => "schedule: no pods".to_string(),
+                ScheduleVerdict::NotYet | ScheduleVerdict::Due { .. } => "schedule: not fired yet".to_string(),
+            });
+            if let Some(next) = self.next {
+                parts.push(format!("next {}", rfc3339(next)));
+            }
+        }
+        if parts.is_empty() {
+            return write!(f, "not due");
+        }
+        write!(f, "not due: {}", parts.join("; "))
+    }
+}
+
+pub fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}

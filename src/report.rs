@@ -1,0 +1,295 @@
+//! Reports of a plan or a run: a terminal table, stable JSON (`bouncer.dev/v1alpha1`
+//! BounceReport), and Markdown for PR comments and job summaries.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::execute::{Outcome, Status};
+use crate::memory::MemoryReading;
+use crate::model::WorkloadRef;
+use crate::plan::{Method, Plan};
+use crate::quantity::format_bytes;
+use crate::reason::{Trigger, rfc3339};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "camelCase")]
+pub enum Mode {
+    Plan,
+    DryRun,
+    Run,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    Table,
+    Json,
+    Markdown,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub api_version: &'static str,
+    pub kind: &'static str,
+    pub mode: Mode,
+    pub generated_at: String,
+    pub summary: Summary,
+    pub metrics_unavailable: Option<String>,
+    pub rows: Vec<Row>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub planned: usize,
+    pub bounced: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    pub not_attempted: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Row {
+    /// Position in the bounce queue; None for skips.
+    pub order: Option<usize>,
+    pub policy: String,
+    pub workload: WorkloadRef,
+    pub pods: usize,
+    pub memory: Option<MemoryReading>,
+    pub triggers: Vec<TriggerRow>,
+    /// bounce (planned), skip, or a run outcome: bounced, revertedEvicted, reverted, skipped,
+    /// failed, interrupted, notAttempted.
+    pub decision: String,
+    pub reason_code: Option<String>,
+    pub reason: String,
+    pub method: Option<Method>,
+    pub patched_at: Option<String>,
+    pub completed_at: Option<String>,
+    pub duration_seconds: Option<f64>,
+    pub verification: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TriggerRow {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub detail: String,
+}
+
+fn triggers(t: &[Trigger]) -> Vec<TriggerRow> {
+    t.iter().map(|t| TriggerRow { kind: t.code(), detail: t.to_string() }).collect()
+}
+
+fn secs(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> Option<f64> {
+    Some((b? - a?).num_milliseconds() as f64 / 1000.0)
+}
+
+/// Builds the report. `outcomes` is None for `plan` and `run --dry-run`.
+pub fn build(plan: &Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
+    let mut summary = Summary { planned: plan.bounces.len(), skipped: plan.skips.len(), ..Default::default() };
+    let mut rows = Vec::new();
+    for (i, b) in plan.bounces.iter().enumerate() {
+        let outcome = outcomes.and_then(|o| o.get(i));
+        let mut row = Row {
+            order: Some(i + 1),
+            policy: b.policy.clone(),
+            workload: b.target.clone(),
+            pods: b.pods,
+            memory: b.memory.clone(),
+            triggers: triggers(&b.triggers),
+            decision: "bounce".into(),
+            reason_code: None,
+            reason: b.triggers.iter().map(|t| t.to_string()).collect::<Vec<_>>().join("; "),
+            method: Some(b.method),
+            patched_at: None,
+            completed_at: None,
+            duration_seconds: None,
+            verification: None,
+        };
+        if let Some(o) = outcome {
+            row.decision = o.status.code().into();
+            row.method = Some(o.method);
+            row.patched_at = o.patched_at.map(rfc3339);
+            row.completed_at = o.completed_at.map(rfc3339);
+            row.duration_seconds = secs(o.started, o.finished);
+            row.verification = o.verification.clone();
+            match &o.status {
+                Status::Bounced => summary.bounced += 1,
+                Status::RevertedEvicted { .. } => summary.bounced += 1,
+                Status::Skipped(reason) => {
+                    summary.skipped += 1;
+                    row.reason_code = Some(reason.code().into());
+                    row.reason = reason.to_string();
+                }
+                Status::Reverted { .. } | Status::Failed(_) | Status::Interrupted => summary.failed += 1,
+                Status::NotAttempted => {
+                    summary.not_attempted += 1;
+                    row.reason = "not attempted: an earlier bounce halted the queue".into();
+                }
+            }
+            if let Status::Failed(why) = &o.status {
+                row.reason = why.clone();
+            }
+            if let Status::Reverted { .. } | Status::RevertedEvicted { .. } = &o.status {
+                row.reason = o.verification.clone().unwrap_or_default();
+            }
+            if o.status == Status::Interrupted {
+                row.reason = "interrupted: the run was asked to stop".into();
+            }
+        }
+        rows.push(row);
+    }
+    for s in &plan.skips {
+        rows.push(Row {
+            order: None,
+            policy: s.policy.clone(),
+            workload: s.target.clone(),
+            pods: s.pods,
+            memory: s.memory.clone(),
+            triggers: Vec::new(),
+            decision: "skip".into(),
+            reason_code: Some(s.reason.code().into()),
+            reason: s.reason.to_string(),
+            method: None,
+            patched_at: None,
+            completed_at: None,
+            duration_seconds: None,
+            verification: None,
+        });
+    }
+    Report {
+        api_version: crate::policy::API_VERSION,
+        kind: "BounceReport",
+        mode,
+        generated_at: rfc3339(plan.now),
+        summary,
+        metrics_unavailable: plan.metrics_unavailable.clone(),
+        rows,
+    }
+}
+
+fn memory_cell(m: &Option<MemoryReading>) -> String {
+    match m {
+        None => "-".into(),
+        Some(m) => match m.threshold {
+            Some(t) => format!("{} / {}", format_bytes(m.usage), format_bytes(t)),
+            None => format_bytes(m.usage),
+        },
+    }
+}
+
+fn decision_cell(r: &Row, mode: Mode) -> String {
+    match (r.decision.as_str(), mode) {
+        ("bounce", Mode::Run) => "bounce".into(),
+        ("bounce", _) => format!("would bounce #{}", r.order.unwrap_or(0)),
+        (d, _) => match r.duration_seconds {
+            Some(s) if r.order.is_some() && d != "skipped" => format!("{d} ({s:.1}s)"),
+            _ => d.to_string(),
+        },
+    }
+}
+
+fn cells(r: &Row, mode: Mode) -> [String; 6] {
+    let trigger = if r.triggers.is_empty() {
+        "-".to_string()
+    } else {
+        r.triggers.iter().map(|t| t.kind).collect::<Vec<_>>().join("+")
+    };
+    let mut reason = r.reason.clone();
+    if let Some(v) = r.verification.as_ref().filter(|v| !reason.contains(v.as_str())) {
+        reason = format!("{reason}; {v}");
+    }
+    [
+        r.policy.clone(),
+        format!("{}/{}/{}", r.workload.kind.as_str().to_lowercase(), r.workload.namespace, r.workload.name),
+        format!("{}  {}", r.pods, memory_cell(&r.memory)),
+        trigger,
+        decision_cell(r, mode),
+        reason,
+    ]
+}
+
+const HEADERS: [&str; 6] = ["POLICY", "WORKLOAD", "PODS  MEMORY (MAX POD / THRESHOLD)", "TRIGGER", "DECISION", "REASON"];
+
+fn summary_line(r: &Report) -> String {
+    let s = &r.summary;
+    let mut line = match r.mode {
+        Mode::Plan | Mode::DryRun => format!("{} to bounce, {} skipped", s.planned, s.skipped),
+        Mode::Run => format!(
+            "{} bounced, {} failed, {} not attempted, {} skipped",
+            s.bounced, s.failed, s.not_attempted, s.skipped
+        ),
+    };
+    if r.mode == Mode::DryRun {
+        line.push_str(" (dry run: nothing was changed)");
+    }
+    if let Some(why) = &r.metrics_unavailable {
+        line.push_str(&format!("; memory triggers off: {why}"));
+    }
+    line
+}
+
+pub fn table(r: &Report) -> String {
+    let rows: Vec<[String; 6]> = r.rows.iter().map(|row| cells(row, r.mode)).collect();
+    let mut widths = HEADERS.map(str::len);
+    for row in &rows {
+        for (w, c) in widths.iter_mut().zip(row.iter()).take(5) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |cols: [&str; 6]| {
+        let mut l = String::new();
+        for (i, c) in cols.iter().enumerate() {
+            if i < 5 {
+                l.push_str(&format!("{c:<width$}  ", width = widths[i]));
+            } else {
+                l.push_str(c);
+            }
+        }
+        l.trim_end().to_string() + "\n"
+    };
+    out.push_str(&line(HEADERS));
+    for row in &rows {
+        out.push_str(&line([&row[0], &row[1], &row[2], &row[3], &row[4], &row[5]]));
+    }
+    out.push_str(&format!("\n{}\n", summary_line(r)));
+    out
+}
+
+pub fn markdown(r: &Report) -> String {
+    let title = match r.mode {
+        Mode::Plan => "bouncer plan",
+        Mode::DryRun => "bouncer run --dry-run",
+        Mode::Run => "bouncer run",
+    };
+    let escape = |s: &str| s.replace('|', "\\|").replace('\n', " ");
+    let mut out = format!("### {title} ({})\n\n{}\n\n", r.generated_at, summary_line(r));
+    out.push_str("| # | Policy | Workload | Pods | Memory (max pod / threshold) | Trigger | Decision | Reason |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|\n");
+    for row in &r.rows {
+        let c = cells(row, r.mode);
+        out.push_str(&format!(
+            "| {} | {} | `{}` | {} | {} | {} | **{}** | {} |\n",
+            row.order.map(|o| o.to_string()).unwrap_or_default(),
+            escape(&c[0]),
+            c[1],
+            row.pods,
+            memory_cell(&row.memory),
+            c[3],
+            escape(&c[4]),
+            escape(&c[5]),
+        ));
+    }
+    out
+}
+
+pub fn render(r: &Report, format: Format) -> String {
+    match format {
+        Format::Table => table(r),
+        Format::Markdown => markdown(r),
+        Format::Json => serde_json::to_string_pretty(r).expect("report serializes") + "\n",
+    }
+}

@@ -1,0 +1,183 @@
+//! The two ways bouncer restarts: kubectl's restartedAt patch, and pod eviction one at a time.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::consts::{FIELD_MANAGER, RESTARTED_AT};
+use crate::convert;
+use crate::error::ClusterError;
+use crate::model::{Kind, WorkloadRef};
+use crate::reason::rfc3339;
+
+/// Errors worth another try: throttling, server errors, conflicts and connection failures.
+pub fn transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 409 || s.code == 429 || s.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+/// Runs `op` until it succeeds, fails permanently, or five tries with 0.5-8 s backoff are spent.
+pub async fn with_retries<T, F, Fut>(what: &str, mut op: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let mut delay = Duration::from_millis(500);
+    let mut tries = 1;
+    loop {
+        match op().await {
+            Err(e) if transient(&e) && tries < 5 => {
+                tracing::warn!("{what}: {e}; retrying in {delay:?}");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+                tries += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Writes exactly what `kubectl rollout restart` writes: a strategic-merge patch of the pod
+/// template's restartedAt annotation (RFC3339, seconds). Returns the value written.
+pub async fn patch_restarted_at(client: &Client, target: &WorkloadRef, at: DateTime<Utc>) -> Result<String, ClusterError> {
+    let value = rfc3339(at);
+    let body = json!({"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: value}}}}});
+    let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let ns = target.namespace.as_str();
+    let patched = with_retries(&format!("patch {target}"), || {
+        let patch = Patch::Strategic(&body);
+        let (client, params, name) = (client.clone(), &params, target.name.as_str());
+        async move {
+            use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+            match target.kind {
+                Kind::Deployment => Api::<Deployment>::namespaced(client, ns).patch(name, params, &patch).await.map(drop),
+                Kind::StatefulSet => Api::<StatefulSet>::namespaced(client, ns).patch(name, params, &patch).await.map(drop),
+                Kind::DaemonSet => Api::<DaemonSet>::namespaced(client, ns).patch(name, params, &patch).await.map(drop),
+                Kind::Pod => unreachable!("bare pods are evicted, never patched"),
+            }
+        }
+    })
+    .await;
+    patched.map_err(|source| ClusterError::Patch { target: target.clone(), source })?;
+    Ok(value)
+}
+
+/// The Eviction API version the server serves: policy/v1, else policy/v1beta1 (as kubectl drain picks).
+pub async fn eviction_version(client: &Client) -> Result<&'static str, kube::Error> {
+    let groups = with_retries("discover API groups", || client.list_api_groups()).await?;
+    let policy = groups.groups.iter().find(|g| g.name == "policy");
+    let has_v1 = policy.is_some_and(|g| g.versions.iter().any(|v| v.version == "v1"));
+    Ok(if has_v1 { "policy/v1" } else { "policy/v1beta1" })
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EvictError {
+    #[error(transparent)]
+    Api(#[from] ClusterError),
+    #[error("a PodDisruptionBudget kept blocking the eviction of {0} until the timeout")]
+    Blocked(String),
+    #[error("no ready replacement for pod {pod} within the timeout ({detail})")]
+    NoReplacement { pod: String, detail: String },
+}
+
+/// Evicts one pod, retrying while a PodDisruptionBudget answers 429, until `deadline`.
+pub async fn evict(client: &Client, namespace: &str, pod: &str, version: &str, deadline: tokio::time::Instant) -> Result<(), EvictError> {
+    let body = serde_json::to_vec(&json!({
+        "apiVersion": version, "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": namespace},
+    }))
+    .expect("static JSON serializes");
+    let url = format!("/api/v1/namespaces/{namespace}/pods/{pod}/eviction");
+    let mut delay = Duration::from_millis(500);
+    loop {
+        let req = http::Request::post(&url)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body.clone())
+            .expect("valid request");
+        match client.request::<Status>(req).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(e) if matches!(&e, kube::Error::Api(s) if s.code == 429) || transient(&e) => {
+                if tokio::time::Instant::now() + delay > deadline {
+                    return Err(EvictError::Blocked(format!("{namespace}/{pod}")));
+                }
+                tracing::info!("eviction of {namespace}/{pod} refused ({e}); retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            Err(source) => {
+                return Err(ClusterError::Evict { namespace: namespace.into(), pod: pod.into(), source }.into());
+            }
+        }
+    }
+}
+
+/// Waits until the evicted pod (by UID) is gone and `want` ready pods match again: a bare pod
+/// recreated under its name, or a controller's replacement under its selector.
+pub async fn wait_replaced(
+    client: &Client,
+    namespace: &str,
+    evicted_uid: &str,
+    selector: Option<&str>,
+    name: &str,
+    want: usize,
+    deadline: tokio::time::Instant,
+) -> Result<(), EvictError> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let config = match selector {
+        Some(s) if !s.is_empty() => watcher::Config::default().labels(s),
+        _ => watcher::Config::default().fields(&format!("metadata.name={name}")),
+    };
+    let mut events = watcher(api, config).default_backoff().boxed();
+    let mut pods: BTreeMap<String, (bool, bool)> = BTreeMap::new();
+    let mut init: BTreeMap<String, (bool, bool)> = BTreeMap::new();
+    let done = |pods: &BTreeMap<String, (bool, bool)>| {
+        !pods.contains_key(evicted_uid) && pods.values().filter(|(ready, deleting)| *ready && !*deleting).count() >= want
+    };
+    let waiting = async {
+        loop {
+            match events.try_next().await {
+                Ok(Some(watcher::Event::Init)) => init.clear(),
+                Ok(Some(watcher::Event::InitApply(p))) => {
+                    let s = convert::pod_sample(&p);
+                    init.insert(s.uid, (s.ready, s.deleting));
+                }
+                Ok(Some(watcher::Event::InitDone)) => pods = std::mem::take(&mut init),
+                Ok(Some(watcher::Event::Apply(p))) => {
+                    let s = convert::pod_sample(&p);
+                    pods.insert(s.uid, (s.ready, s.deleting));
+                }
+                Ok(Some(watcher::Event::Delete(p))) => {
+                    pods.remove(p.metadata.uid.as_deref().unwrap_or_default());
+                }
+                Ok(None) => return,
+                Err(e) => tracing::warn!("watching pods in {namespace}: {e}; retrying"),
+            }
+            if done(&pods) {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout_at(deadline, waiting).await;
+    if done(&pods) {
+        Ok(())
+    } else {
+        let ready = pods.values().filter(|(r, d)| *r && !*d).count();
+        Err(EvictError::NoReplacement {
+            pod: format!("{namespace}/{name}"),
+            detail: format!("{ready}/{want} ready, old pod gone: {}", !pods.contains_key(evicted_uid)),
+        })
+    }
+}

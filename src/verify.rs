@@ -1,0 +1,159 @@
+//! Proof that a bounce happened: the annotation is still ours and every pod is newer than the
+//! bounce; otherwise, who reverted it (from managedFields).
+
+use std::collections::BTreeSet;
+
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+use kube::{Api, Client};
+
+use crate::consts::{BUILTIN_MANAGERS, FIELD_MANAGER};
+use crate::convert;
+use crate::model::{Kind, Workload, WorkloadRef};
+use crate::reason::rfc3339;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Annotation intact and `pods` pods, all started after the bounce and ready.
+    Verified { pods: usize },
+    /// The annotation was removed or rewritten by someone else.
+    Reverted { found: Option<String> },
+    /// Annotation intact, but some pods are old or not ready.
+    Incomplete { detail: String },
+}
+
+/// Pure check of a fresh read against what the bounce wrote.
+pub fn check(w: &Workload, written: &str, patched_at: DateTime<Utc>, old_uids: &BTreeSet<String>) -> Verdict {
+    let found = w.restarted_at.map(rfc3339);
+    if found.as_deref() != Some(written) {
+        return Verdict::Reverted { found };
+    }
+    // startTime has whole seconds; a pod started in the second of the patch is new.
+    let since = patched_at.duration_trunc(TimeDelta::seconds(1)).unwrap_or(patched_at);
+    let live: Vec<_> = w.pods.iter().filter(|p| !p.deleting).collect();
+    let old = live.iter().filter(|p| old_uids.contains(&p.uid) || p.started.is_none_or(|s| s < since)).count();
+    let unready = live.iter().filter(|p| !p.ready).count();
+    if old > 0 || unready > 0 || (live.len() as i32) < w.status.desired {
+        return Verdict::Incomplete {
+            detail: format!(
+                "{} pods: {old} from before the bounce, {unready} not ready, {} desired",
+                live.len(),
+                w.status.desired
+            ),
+        };
+    }
+    Verdict::Verified { pods: live.len() }
+}
+
+/// Field managers (other than bouncer and the built-in controllers) that wrote the pod template
+/// at or after `since`: the likely reverters.
+pub async fn template_writers(client: &Client, target: &WorkloadRef, since: DateTime<Utc>) -> Vec<String> {
+    let ns = target.namespace.as_str();
+    let name = target.name.as_str();
+    let fields = match target.kind {
+        Kind::Deployment => Api::<Deployment>::namespaced(client.clone(), ns).get(name).await.map(|o| o.metadata.managed_fields),
+        Kind::StatefulSet => Api::<StatefulSet>::namespaced(client.clone(), ns).get(name).await.map(|o| o.metadata.managed_fields),
+        Kind::DaemonSet => Api::<DaemonSet>::namespaced(client.clone(), ns).get(name).await.map(|o| o.metadata.managed_fields),
+        Kind::Pod => return Vec::new(),
+    };
+    match fields {
+        Ok(entries) => writers(entries.unwrap_or_default().as_slice(), since),
+        Err(e) => {
+            tracing::warn!("reading managedFields of {target}: {e}");
+            Vec::new()
+        }
+    }
+}
+
+fn writers(entries: &[ManagedFieldsEntry], since: DateTime<Utc>) -> Vec<String> {
+    let since = since.duration_trunc(TimeDelta::seconds(1)).unwrap_or(since);
+    let mut names: Vec<String> = entries
+        .iter()
+        .filter(|e| e.time.as_ref().is_some_and(|t| convert::time(t) >= since))
+        .filter(|e| e.fields_v1.as_ref().is_some_and(|f| f.0.pointer("/f:spec/f:template").is_some()))
+        .filter_map(|e| e.manager.clone())
+        .filter(|m| m != FIELD_MANAGER && !BUILTIN_MANAGERS.contains(&m.as_str()))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{PodSample, RolloutStatus, UpdateStrategy};
+
+    fn pod(uid: &str, started: &str, ready: bool) -> PodSample {
+        PodSample {
+            name: format!("p-{uid}"),
+            uid: uid.into(),
+            labels: Default::default(),
+            started: Some(started.parse().unwrap()),
+            ready,
+            deleting: false,
+            containers: vec![],
+            has_metrics: false,
+        }
+    }
+
+    fn workload(annotation: Option<&str>, pods: Vec<PodSample>) -> Workload {
+        Workload {
+            target: WorkloadRef { kind: Kind::Deployment, namespace: "ns".into(), name: "web".into() },
+            labels: Default::default(),
+            template_labels: Default::default(),
+            pod_selector: String::new(),
+            annotations: Default::default(),
+            restarted_at: annotation.map(|a| a.parse().unwrap()),
+            paused: false,
+            strategy: UpdateStrategy::RollingUpdate,
+            status: RolloutStatus { desired: 2, ..Default::default() },
+            min_ready_during_restart: 1,
+            pods,
+            mirror: false,
+        }
+    }
+
+    #[test]
+    fn verified_only_when_annotation_is_ours_and_all_pods_are_new() {
+        let at: DateTime<Utc> = "2026-01-01T03:00:00.600Z".parse().unwrap();
+        let written = "2026-01-01T03:00:00Z";
+        let old: BTreeSet<String> = ["a".to_string()].into();
+        let fresh = vec![pod("b", "2026-01-01T03:00:00Z", true), pod("c", "2026-01-01T03:00:05Z", true)];
+        assert_eq!(check(&workload(Some(written), fresh.clone()), written, at, &old), Verdict::Verified { pods: 2 });
+        assert_eq!(check(&workload(None, fresh.clone()), written, at, &old), Verdict::Reverted { found: None });
+        let other = "2026-01-01T02:00:00Z";
+        assert_eq!(
+            check(&workload(Some(other), fresh), written, at, &old),
+            Verdict::Reverted { found: Some(other.into()) }
+        );
+        let mixed = vec![pod("a", "2026-01-01T01:00:00Z", true), pod("c", "2026-01-01T03:00:05Z", true)];
+        assert!(matches!(check(&workload(Some(written), mixed), written, at, &old), Verdict::Incomplete { .. }));
+        let unready = vec![pod("b", "2026-01-01T03:00:01Z", false), pod("c", "2026-01-01T03:00:05Z", true)];
+        assert!(matches!(check(&workload(Some(written), unready), written, at, &old), Verdict::Incomplete { .. }));
+    }
+
+    #[test]
+    fn writers_are_recent_template_writers_other_than_us_and_builtins() {
+        let entry = |manager: &str, time: &str, template: bool| ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(time.parse().unwrap())),
+            fields_v1: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(if template {
+                serde_json::json!({"f:spec": {"f:template": {}}})
+            } else {
+                serde_json::json!({"f:status": {}})
+            })),
+            ..Default::default()
+        };
+        let since: DateTime<Utc> = "2026-01-01T03:00:00.5Z".parse().unwrap();
+        let entries = vec![
+            entry("toolhive-operator", "2026-01-01T03:00:01Z", true),
+            entry("bouncer", "2026-01-01T03:00:00Z", true),
+            entry("kube-controller-manager", "2026-01-01T03:00:02Z", true),
+            entry("helm", "2026-01-01T02:00:00Z", true),
+            entry("status-writer", "2026-01-01T03:00:03Z", false),
+        ];
+        assert_eq!(writers(&entries, since), vec!["toolhive-operator".to_string()]);
+    }
+}

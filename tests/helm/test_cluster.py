@@ -1,0 +1,318 @@
+"""The chart against a live cluster: the manifests rendered for the server's own capabilities pass a
+server-side dry run, install, and give bouncer's ServiceAccount exactly the access it needs
+(checked with `kubectl auth can-i` as that ServiceAccount).
+
+Needs a reachable cluster (KUBECONFIG) and `kubectl` on PATH (or $KUBECTL); scripts/helm-test sets
+both up from scripts/cluster. Without a cluster these tests are skipped, unless
+BOUNCER_REQUIRE_CLUSTER=1, which turns the skip into a failure (CI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import MATRIX, manifests, render
+
+KUBECTL = os.environ.get("KUBECTL", "kubectl")
+RELEASE = "bouncer"
+
+
+def kubectl(*args: str, stdin: str | None = None, check: bool = True, timeout: float = 60):
+    proc = subprocess.run([KUBECTL, *args], input=stdin, capture_output=True, text=True,
+                          timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n"
+                             f"{proc.stdout}{proc.stderr}")
+    return proc
+
+
+@dataclass
+class Cluster:
+    kube_version: str
+    api_versions: list[str]
+
+    def serves(self, api_version: str, kind: str) -> bool:
+        return f"{api_version}/{kind}" in self.api_versions
+
+
+def discover() -> Cluster:
+    """What `helm install` would learn from discovery: group/versions and group/version/Kinds."""
+    version = json.loads(kubectl("version", "-o", "json", "--request-timeout=10s").stdout)
+    gvs = ["v1"]
+    for group in json.loads(kubectl("get", "--raw", "/apis").stdout)["groups"]:
+        gvs.extend(v["groupVersion"] for v in group["versions"])
+    api_versions = []
+    for gv in gvs:
+        path = "/api/v1" if gv == "v1" else f"/apis/{gv}"
+        listing = json.loads(kubectl("get", "--raw", path).stdout)
+        api_versions.append(gv)
+        api_versions.extend(f"{gv}/{r['kind']}" for r in listing["resources"])
+    return Cluster(version["serverVersion"]["gitVersion"], sorted(set(api_versions)))
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Cluster:
+    reason = None
+    try:
+        proc = kubectl("version", "-o", "json", "--request-timeout=5s", check=False, timeout=20)
+        if proc.returncode != 0 or "serverVersion" not in proc.stdout:
+            reason = f"no reachable cluster ({(proc.stderr or proc.stdout).strip()[:200]})"
+    except FileNotFoundError:
+        reason = f"{KUBECTL} is not installed"
+    except subprocess.TimeoutExpired:
+        reason = "the cluster did not answer within 20 s"
+    if reason:
+        if os.environ.get("BOUNCER_REQUIRE_CLUSTER") == "1":
+            pytest.fail(f"BOUNCER_REQUIRE_CLUSTER=1 but {reason}")
+        pytest.skip(f"{reason}; start one with scripts/cluster up and run scripts/helm-test")
+    return discover()
+
+
+METRICS_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {
+        "name": "pods.metrics.k8s.io",
+        "annotations": {"api-approved.kubernetes.io": "unapproved, testing only"},
+    },
+    "spec": {
+        "group": "metrics.k8s.io",
+        "scope": "Namespaced",
+        "names": {"plural": "pods", "singular": "podmetrics", "kind": "PodMetrics",
+                  "listKind": "PodMetricsList"},
+        "versions": [{
+            "name": "v1beta1", "served": True, "storage": True,
+            "schema": {"openAPIV3Schema": {"type": "object",
+                                           "x-kubernetes-preserve-unknown-fields": True}},
+        }],
+    },
+}
+
+
+@pytest.fixture(scope="session")
+def metrics_api(cluster: Cluster) -> None:
+    """`kubectl auth can-i list pods.metrics.k8s.io` needs the group in discovery. Without a
+    metrics-server, serve it as the integration tests do: a PodMetrics CRD with the same URLs (the
+    same object the Rust test kit installs; it is shared and left in place)."""
+    if cluster.serves("metrics.k8s.io/v1beta1", "PodMetrics"):
+        return
+    proc = kubectl("create", "-f", "-", stdin=json.dumps(METRICS_CRD), check=False)
+    if proc.returncode != 0 and "AlreadyExists" not in proc.stderr:
+        raise AssertionError(f"creating the PodMetrics CRD failed: {proc.stderr}")
+    kubectl("wait", "--for=condition=established", "--timeout=60s",
+            "crd/pods.metrics.k8s.io")
+    deadline = time.monotonic() + 30
+    while kubectl("get", "--raw", "/apis/metrics.k8s.io/v1beta1", check=False).returncode != 0:
+        assert time.monotonic() < deadline, "metrics.k8s.io/v1beta1 not served within 30 s"
+        time.sleep(0.5)
+
+
+@dataclass
+class Release:
+    mode: str
+    namespace: str       # release namespace (ServiceAccount, CronJob, Lease)
+    allowed: list[str]   # namespaces listed in rbac.namespaces (empty: cluster-wide)
+    outside: str         # a namespace not in rbac.namespaces
+    objects: list[dict[str, Any]]
+    rendered: str
+
+    @property
+    def user(self) -> list[str]:
+        sa = f"system:serviceaccount:{self.namespace}:{RELEASE}"
+        return [f"--as={sa}", "--as-group=system:serviceaccounts",
+                f"--as-group=system:serviceaccounts:{self.namespace}",
+                "--as-group=system:authenticated"]
+
+
+def to_stream(objects: list[dict[str, Any]]) -> str:
+    return yaml.safe_dump_all(objects, sort_keys=False)
+
+
+def make_release(cluster: Cluster, mode: str, values: dict[str, Any]) -> Release:
+    prefix = f"bouncer-helm-{secrets.token_hex(3)}"
+    allowed = [f"{prefix}-a", f"{prefix}-b"] if mode == "namespaced" else []
+    if allowed:
+        values = {**values, "rbac": {"namespaces": allowed}}
+    outside = f"{prefix}-x"
+    for ns in [prefix, *allowed, outside]:
+        kubectl("create", "namespace", ns)
+    objects = manifests(render(values, name=RELEASE, namespace=prefix,
+                               kube_version=cluster.kube_version,
+                               api_versions=cluster.api_versions))
+    return Release(mode, prefix, allowed, outside, objects, to_stream(objects))
+
+
+def delete_release(rel: Release) -> None:
+    kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false", stdin=rel.rendered,
+            check=False)
+    for ns in [rel.namespace, *rel.allowed, rel.outside]:
+        kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def namespaced(cluster: Cluster):
+    rel = make_release(cluster, "namespaced", {})
+    yield rel
+    delete_release(rel)
+
+
+@pytest.fixture(scope="module")
+def clusterwide(cluster: Cluster):
+    rel = make_release(cluster, "cluster-wide", {"eviction": {"enabled": False},
+                                                 "lease": {"name": "bouncer-cw"}})
+    yield rel
+    delete_release(rel)
+
+
+@pytest.fixture(scope="module")
+def installed(request, metrics_api):
+    """Both releases, really applied."""
+    out = {}
+    for name in ("namespaced", "clusterwide"):
+        rel = request.getfixturevalue(name)
+        kubectl("apply", "-f", "-", stdin=rel.rendered)
+        out[rel.mode] = rel
+    return out
+
+
+# --- server-side checks of the manifests ------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["namespaced", "clusterwide"])
+def test_manifests_pass_server_side_dry_run(request, cluster: Cluster, mode: str):
+    rel: Release = request.getfixturevalue(mode)
+    cronjob = next(o for o in rel.objects if o["kind"] == "CronJob")
+    assert cluster.serves(cronjob["apiVersion"], "CronJob"), cronjob["apiVersion"]
+    proc = kubectl("apply", "--dry-run=server", "-f", "-", stdin=rel.rendered)
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert len(lines) == len(rel.objects), proc.stdout
+    assert all(line.endswith("(server dry run)") for line in lines), proc.stdout
+    # Nothing was written.
+    got = kubectl("get", "cronjobs", "-n", rel.namespace, "-o", "name").stdout
+    assert got.strip() == ""
+
+
+def test_the_other_cronjob_version_is_refused_by_this_server(cluster: Cluster, namespaced: Release):
+    """The capability switch matters here: the version this server lacks is rejected."""
+    cronjob = next(o for o in namespaced.objects if o["kind"] == "CronJob")
+    other = "batch/v1beta1" if cronjob["apiVersion"] == "batch/v1" else "batch/v1"
+    if cluster.serves(other, "CronJob"):
+        pytest.skip(f"this server ({cluster.kube_version}) serves CronJob in both versions")
+    proc = kubectl("apply", "--dry-run=server", "-f", "-",
+                   stdin=to_stream([{**cronjob, "apiVersion": other}]), check=False)
+    assert proc.returncode != 0
+    assert "no matches for kind" in proc.stderr, proc.stderr
+
+
+def test_a_job_created_from_the_cronjob_runs_as_configured(installed):
+    """NOTES' "run now" command works, and the API server keeps the hardened pod spec."""
+    rel = installed["namespaced"]
+    job = f"{RELEASE}-manual-{secrets.token_hex(2)}"
+    kubectl("-n", rel.namespace, "create", "job", f"--from=cronjob/{RELEASE}", job)
+    deadline = time.monotonic() + 60
+    pod = None
+    while time.monotonic() < deadline:
+        pods = json.loads(kubectl("-n", rel.namespace, "get", "pods", "-l", f"job-name={job}",
+                                  "-o", "json").stdout)["items"]
+        if pods and pods[0]["spec"].get("nodeName"):
+            pod = pods[0]
+            break
+        time.sleep(1)
+    assert pod, f"no scheduled pod for job {job} within 60 s"
+    spec = pod["spec"]
+    assert spec["serviceAccountName"] == RELEASE
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    c = spec["containers"][0]
+    assert c["args"] == ["run"]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    env = {e["name"]: e for e in c["env"]}
+    assert env["BOUNCER_NAMESPACES"]["value"] == ",".join(rel.allowed)
+    # The token is mounted for this pod only (the ServiceAccount itself opts out).
+    assert any(m["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount"
+               for m in c["volumeMounts"])
+    labels = pod["metadata"]["labels"]
+    assert labels["app.kubernetes.io/instance"] == RELEASE
+
+
+# --- the can-i matrix ------------------------------------------------------------------------
+
+# (mode, description, kubectl auth can-i arguments, namespace key, expected)
+# Namespace keys: "allowed" (first of rbac.namespaces, or any namespace when cluster-wide),
+# "outside" (not in rbac.namespaces), "release", "*" (all namespaces), "" (cluster scope).
+CHECKS = [
+    ("namespaced", "list pods", ["list", "pods"], "allowed", True),
+    ("namespaced", "watch pods", ["watch", "pods"], "allowed", True),
+    ("namespaced", "list replicasets", ["list", "replicasets.apps"], "allowed", True),
+    ("namespaced", "get deployments", ["get", "deployments.apps"], "allowed", True),
+    ("namespaced", "patch deployments", ["patch", "deployments.apps"], "allowed", True),
+    ("namespaced", "patch statefulsets", ["patch", "statefulsets.apps"], "allowed", True),
+    ("namespaced", "patch daemonsets", ["patch", "daemonsets.apps"], "allowed", True),
+    ("namespaced", "list pods.metrics.k8s.io", ["list", "pods.metrics.k8s.io"], "allowed", True),
+    ("namespaced", "list poddisruptionbudgets", ["list", "poddisruptionbudgets.policy"], "allowed", True),
+    ("namespaced", "create pods/eviction", ["create", "pods", "--subresource=eviction"], "allowed", True),
+    ("namespaced", "create events.events.k8s.io", ["create", "events.events.k8s.io"], "allowed", True),
+    ("namespaced", "create events (core)", ["create", "events"], "allowed", True),
+    ("namespaced", "list namespaces", ["list", "namespaces"], "", True),
+    ("namespaced", "create leases", ["create", "leases.coordination.k8s.io"], "release", True),
+    ("namespaced", "get lease bouncer", ["get", "leases.coordination.k8s.io/bouncer"], "release", True),
+    ("namespaced", "update lease bouncer", ["update", "leases.coordination.k8s.io/bouncer"], "release", True),
+    ("namespaced", "get secrets", ["get", "secrets"], "allowed", False),
+    ("namespaced", "get secrets", ["get", "secrets"], "release", False),
+    ("namespaced", "delete pods", ["delete", "pods"], "allowed", False),
+    ("namespaced", "delete deployments", ["delete", "deployments.apps"], "allowed", False),
+    ("namespaced", "update deployments", ["update", "deployments.apps"], "allowed", False),
+    ("namespaced", "patch pods", ["patch", "pods"], "allowed", False),
+    ("namespaced", "patch deployments", ["patch", "deployments.apps"], "outside", False),
+    ("namespaced", "list pods", ["list", "pods"], "outside", False),
+    ("namespaced", "create pods/eviction", ["create", "pods", "--subresource=eviction"], "outside", False),
+    ("namespaced", "list pods", ["list", "pods"], "*", False),
+    ("namespaced", "update lease other", ["update", "leases.coordination.k8s.io/other"], "release", False),
+    ("namespaced", "get lease other", ["get", "leases.coordination.k8s.io/other"], "release", False),
+    ("namespaced", "delete lease bouncer", ["delete", "leases.coordination.k8s.io/bouncer"], "release", False),
+    ("namespaced", "update lease bouncer", ["update", "leases.coordination.k8s.io/bouncer"], "allowed", False),
+    ("namespaced", "create configmaps", ["create", "configmaps"], "release", False),
+    ("cluster-wide", "list pods", ["list", "pods"], "*", True),
+    ("cluster-wide", "patch deployments", ["patch", "deployments.apps"], "outside", True),
+    ("cluster-wide", "create events.events.k8s.io", ["create", "events.events.k8s.io"], "outside", True),
+    ("cluster-wide", "update lease bouncer-cw", ["update", "leases.coordination.k8s.io/bouncer-cw"], "release", True),
+    ("cluster-wide", "create pods/eviction (eviction off)", ["create", "pods", "--subresource=eviction"], "outside", False),
+    ("cluster-wide", "get secrets", ["get", "secrets"], "*", False),
+    ("cluster-wide", "delete pods", ["delete", "pods"], "outside", False),
+    ("cluster-wide", "delete deployments", ["delete", "deployments.apps"], "outside", False),
+    ("cluster-wide", "update lease bouncer", ["update", "leases.coordination.k8s.io/bouncer"], "release", False),
+    ("cluster-wide", "delete namespaces", ["delete", "namespaces"], "", False),
+]
+
+
+@pytest.mark.parametrize(
+    ("mode", "what", "args", "where", "expected"), CHECKS,
+    ids=[f"{m}:{w}@{n or 'cluster'}" for m, w, _, n, _ in CHECKS],
+)
+def test_can_i(installed, mode, what, args, where, expected):
+    rel: Release = installed[mode]
+    scope = {
+        "allowed": ["-n", (rel.allowed or [rel.outside])[0]],
+        "outside": ["-n", rel.outside],
+        "release": ["-n", rel.namespace],
+        "*": ["--all-namespaces"],
+        "": [],
+    }[where]
+    proc = kubectl("auth", "can-i", *args, *scope, *rel.user, check=False)
+    answer = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    assert answer in ("yes", "no"), f"unexpected can-i output: {proc.stdout}{proc.stderr}"
+    got = answer == "yes"
+    namespace = {"allowed": "listed", "outside": "not listed", "release": "release",
+                 "*": "all namespaces", "": "cluster scope"}[where]
+    MATRIX.append({"mode": mode, "check": what, "namespace": namespace,
+                   "expected": "yes" if expected else "no", "got": answer,
+                   "ok": "ok" if got == expected else "FAIL"})
+    assert got == expected, f"{what} in {namespace}: expected {expected}, got {answer}"

@@ -1,0 +1,107 @@
+//! Test support for bouncer: the shared local cluster, per-test namespaces, metrics emulation,
+//! fixture controllers that behave like real operators, and workload builders.
+//!
+//! The pieces, and why they exist:
+//!
+//! - [`cluster()`], [`client()`], [`kubectl()`], [`TestNs`]: the control plane starts once per test
+//!   process (`scripts/cluster up`, or `BOUNCER_TEST_KUBECONFIG`), every test gets its own client
+//!   and its own namespace, which is dumped to `target/test-dumps/` when the test panics.
+//! - [`MetricsEmulator`]: there is no metrics-server; a CRD serves the `metrics.k8s.io` URLs and
+//!   this task writes PodMetrics from a per-pod memory model set by annotations, so a leak and its
+//!   reset by a restart are visible to bouncer exactly as on a real cluster.
+//! - [`RevertingOperator`], [`BarePodApp`]: the two awkward owners bouncer must cope with
+//!   (an operator that undoes template changes, and an app that recreates bare pods by name).
+//! - [`workloads`]: builders for small, schedulable workloads and ToolHive-shaped ones.
+//! - [`rollout`]: kubectl's rollout-completion rules and watch-based waits for assertions.
+//!
+//! Setup helpers (`cluster`, `client`, `TestNs::new`) panic with a clear message, because a test
+//! cannot do anything useful without them; operations return `anyhow::Result`.
+//!
+//! Tests should fail by panicking (`expect`, `assert!`), not by returning `Err`: [`TestNs`] dumps
+//! its namespace only when it is dropped during a panic.
+
+pub mod cluster;
+pub mod fixtures;
+pub mod metrics;
+pub mod rollout;
+pub mod workloads;
+
+pub use cluster::{Cluster, TestNs, client, cluster, kubectl};
+pub use fixtures::{BarePodApp, RevertMode, RevertingOperator};
+pub use metrics::{MetricsEmulator, install_metrics_crd, parse_quantity, pod_memory, wait_pod_memory};
+pub use rollout::{
+    Kind, rollout_restart_patch, wait_pod_replaced, wait_pods_ready, wait_rollout_complete,
+};
+pub use workloads::{
+    McpServer, PodTemplateExt, create, daemonset, deployment, mcp_server, pod_template,
+    statefulset, virtual_mcp_server,
+};
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::task::JoinHandle;
+
+/// Pod annotation: memory the model starts from (a quantity, default 16Mi).
+pub const MEMORY_BASE: &str = "bouncer.dev/test-memory-base";
+/// Pod annotation: memory added per minute of pod age (a quantity, default 0).
+pub const MEMORY_LEAK_PER_MINUTE: &str = "bouncer.dev/test-memory-leak-per-minute";
+/// Pod annotation: the container the model applies to (default the first); others report 4Mi.
+pub const MEMORY_CONTAINER: &str = "bouncer.dev/test-memory-container";
+/// The annotation `kubectl rollout restart` writes into the pod template.
+pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
+/// Label on every test namespace, so leftovers are easy to find and delete in bulk.
+pub const TEST_NAMESPACE_LABEL: &str = "bouncer.dev/test";
+
+/// A background tokio task that is aborted when the handle is dropped, so a fixture never
+/// outlives the test (or the demo command) that started it.
+#[derive(Debug)]
+pub struct BackgroundTask {
+    handle: JoinHandle<()>,
+    actions: Arc<AtomicUsize>,
+}
+
+impl BackgroundTask {
+    pub(crate) fn spawn<F>(actions: Arc<AtomicUsize>, fut: F) -> Self
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        Self { handle: tokio::spawn(fut), actions }
+    }
+
+    /// How many corrective writes the task made (reverts, recreated pods, PodMetrics writes).
+    /// Lets a test prove the fixture acted instead of only observing the end state.
+    pub fn actions(&self) -> usize {
+        self.actions.load(Ordering::SeqCst)
+    }
+
+    /// True while the task runs; a fixture task only ends early when it hit a fatal error.
+    pub fn is_running(&self) -> bool {
+        !self.handle.is_finished()
+    }
+}
+
+impl Drop for BackgroundTask {
+    fn drop(&mut self) {
+        self.handle.abort();
+    }
+}
+
+pub(crate) fn count(actions: &AtomicUsize) {
+    actions.fetch_add(1, Ordering::SeqCst);
+}
+
+/// `k=v,k2=v2` label selector for a label map, as kubectl -l takes it.
+pub fn selector_string<'a>(labels: impl IntoIterator<Item = (&'a String, &'a String)>) -> String {
+    labels.into_iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+}
+
+/// True for the kube error the API server returns when the object already exists.
+pub(crate) fn is_conflict(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(s) if s.code == 409)
+}
+
+/// True for the kube error the API server returns when the object does not exist.
+pub(crate) fn is_not_found(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(s) if s.code == 404)
+}
