@@ -165,7 +165,7 @@ impl Settings {
             lease_namespace: flags.lease_namespace.or(env.lease_namespace),
             lease_name: flags.lease_name.or(env.lease_name).unwrap_or_else(|| "bouncer".into()),
             dry_run: dry_run_flag || env.dry_run.unwrap_or(false),
-            verify_settle: duration("BOUNCER_VERIFY_SETTLE", env.verify_settle, Duration::from_secs(3))?,
+            verify_settle: duration("BOUNCER_VERIFY_SETTLE", env.verify_settle, Duration::from_secs(2))?,
         })
     }
 }

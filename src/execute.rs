@@ -76,7 +76,7 @@ pub struct Executor<'a> {
     pub pdbs: &'a [Pdb],
     pub excluded_namespaces: &'a BTreeSet<String>,
     pub default_timeout: Duration,
-    /// Pause after completion before verifying, so a reverting owner has time to show itself.
+    /// Least time between the patch and the verification, so a reverting owner can show itself.
     pub settle: Duration,
     pub clock: fn() -> DateTime<Utc>,
     /// Becomes true when the run must stop (SIGTERM).
@@ -183,7 +183,12 @@ impl Executor<'_> {
             Step::Done(Err(e)) => return Status::Failed(e.to_string()),
             Step::Done(Ok(())) => out.completed_at = Some((self.clock)()),
         }
-        if let Step::Stopped = self.until_stopped(tokio::time::sleep(self.settle)).await {
+        // Give a reverting owner `settle` after the patch to show itself; rollouts usually take
+        // longer than that, so the next bounce normally starts right after completion.
+        let since_patch = ((self.clock)() - at).to_std().unwrap_or_default();
+        if let Some(rest) = self.settle.checked_sub(since_patch)
+            && let Step::Stopped = self.until_stopped(tokio::time::sleep(rest)).await
+        {
             return Status::Interrupted;
         }
         let after = match self.read(&b.target).await {

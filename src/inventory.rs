@@ -24,16 +24,25 @@ enum PodEntry {
     Bare(Box<Workload>),
 }
 
-fn pod_entry(p: Pod) -> PodEntry {
+/// Pods on their way out (terminating, or finished) say nothing about the workload's current
+/// pods: counting them would make a just-restarted workload look old again.
+fn gone(p: &Pod) -> bool {
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+    p.metadata.deletion_timestamp.is_some() || matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+fn pod_entry(p: Pod) -> Option<PodEntry> {
     let controller = p.metadata.owner_references.iter().flatten().find(|o| o.controller == Some(true));
     match controller {
-        Some(o) => PodEntry::Owned {
+        // A terminating bare pod stays: it is the workload, and the gates must see it.
+        _ if gone(&p) && controller.is_some() => None,
+        Some(o) => Some(PodEntry::Owned {
             owner_kind: o.kind.clone(),
             owner: o.name.clone(),
             namespace: p.metadata.namespace.clone().unwrap_or_default(),
             sample: convert::pod_sample(&p),
-        },
-        None => PodEntry::Bare(Box::new(convert::bare_pod(&p))),
+        }),
+        None => Some(PodEntry::Bare(Box::new(convert::bare_pod(&p)))),
     }
 }
 
@@ -206,7 +215,7 @@ fn with_usage(mut sample: PodSample, namespace: &str, usage: &Usage) -> PodSampl
 /// Groups pods under their workloads: Pod→ReplicaSet→Deployment, Pod→StatefulSet,
 /// Pod→DaemonSet, bare pods on their own; any other owner is reported as unsupported.
 fn group(
-    pods: Vec<PodEntry>,
+    pods: Vec<Option<PodEntry>>,
     rs_owners: BTreeMap<(String, String), Option<String>>,
     mut workloads: Vec<Workload>,
     usage: &Usage,
@@ -214,7 +223,7 @@ fn group(
     let index: BTreeMap<WorkloadRef, usize> = workloads.iter().enumerate().map(|(i, w)| (w.target.clone(), i)).collect();
     let mut unsupported = Vec::new();
     let mut bare = Vec::new();
-    for entry in pods {
+    for entry in pods.into_iter().flatten() {
         match entry {
             PodEntry::Bare(mut w) => {
                 let ns = w.target.namespace.clone();
@@ -281,6 +290,7 @@ pub async fn read_workload(client: &Client, target: &WorkloadRef) -> Result<Work
     w.pods = listed
         .items
         .iter()
+        .filter(|p| !gone(p))
         .filter(|p| {
             p.metadata.owner_references.iter().flatten().any(|o| {
                 o.controller == Some(true)

@@ -176,10 +176,11 @@ fn parse_documents(
 ) {
     // First pass: plain values, to skip empty documents, find names for messages and check
     // apiVersion/kind before serde reports a foreign object's fields as unknown. A syntax error
-    // ends the stream: the parser then repeats the same error for every further document.
+    // ends the stream: the parser then repeats the same error for every further document (the
+    // `take` is a backstop: no text holds more documents than bytes).
     let mut values: Vec<Option<Value>> = Vec::new();
     let mut last_error = None;
-    for document in serde_yaml_ng::Deserializer::from_str(text) {
+    for document in serde_yaml_ng::Deserializer::from_str(text).take(text.len() + 1) {
         match Value::deserialize(document) {
             Ok(value) => values.push(Some(value)),
             Err(e) => {

@@ -32,6 +32,7 @@ pub struct RawPolicy {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(rename = "Metadata")]
 pub struct RawMetadata {
     /// Unique across all loaded policies; a DNS-1123 subdomain.
     pub name: String,
@@ -43,6 +44,7 @@ pub struct RawMetadata {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(rename = "Spec")]
 pub struct RawSpec {
     pub target: RawTarget,
     pub triggers: RawTriggers,
@@ -52,6 +54,7 @@ pub struct RawSpec {
     /// Minimum time between two bounces of one workload, as a duration such as "6h" (default 1h).
     pub cooldown: Option<String>,
     /// At most this many workloads of this policy are bounced per run (default: no limit).
+    #[schemars(extend("minimum" = 1))]
     pub max_per_run: Option<u32>,
     /// Bounce even when no pod would stay ready during the restart, e.g. single replicas.
     pub allow_downtime: Option<bool>,
@@ -60,6 +63,7 @@ pub struct RawSpec {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(rename = "Target")]
 pub struct RawTarget {
     /// Namespaces to look in; omitted means every namespace the install may touch.
     pub namespaces: Option<Vec<String>>,
@@ -72,6 +76,7 @@ pub struct RawTarget {
 /// Selects pods by their labels, like `kubectl get pods -l`. Must not be empty.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(rename = "LabelSelector")]
 pub struct RawSelector {
     #[serde(default)]
     pub match_labels: BTreeMap<String, String>,
@@ -81,6 +86,7 @@ pub struct RawSelector {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(rename = "LabelSelectorRequirement")]
 pub struct RawRequirement {
     pub key: String,
     pub operator: Operator,
@@ -92,6 +98,7 @@ pub struct RawRequirement {
 /// Any trigger makes a workload due.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(rename = "Triggers")]
 #[schemars(extend("minProperties" = 1))]
 pub struct RawTriggers {
     pub schedule: Option<RawSchedule>,
@@ -102,6 +109,7 @@ pub struct RawTriggers {
 /// is already restarted, and a fire older than the starting deadline is missed, not caught up.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(rename = "ScheduleTrigger")]
 pub struct RawSchedule {
     /// Standard 5-field cron ("0 3 * * *") or @hourly, @daily, @midnight, @weekly, @monthly,
     /// @yearly, @annually.
@@ -116,10 +124,12 @@ pub struct RawSchedule {
 /// `percentOfLimit`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(rename = "MemoryTrigger")]
 #[schemars(extend("oneOf" = [{"required": ["above"]}, {"required": ["percentOfLimit"]}]))]
 pub struct RawMemory {
     pub above: Option<RawQuantity>,
     /// Percent of the memory limit, 0 < p <= 100. Pods without a limit cannot trigger.
+    #[schemars(extend("exclusiveMinimum" = 0, "maximum" = 100))]
     pub percent_of_limit: Option<f64>,
     /// Count only this container; omitted means the sum over the pod's containers.
     pub container: Option<String>,
@@ -129,6 +139,7 @@ pub struct RawMemory {
 /// runs past midnight into the next day.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(rename = "Window")]
 pub struct RawWindow {
     /// Mon..Sun or full day names, any case. For a window past midnight, the day it opens.
     pub days: Vec<String>,
@@ -142,6 +153,7 @@ pub struct RawWindow {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(rename = "Restart")]
 pub struct RawRestart {
     /// How to restart (default auto).
     pub method: Option<RestartMethod>,
@@ -154,6 +166,7 @@ pub struct RawRestart {
 /// A Kubernetes quantity as written ("1536Mi", "2Gi", "500M", 1e9), kept as text for messages.
 #[derive(Debug, Clone, PartialEq, Eq, JsonSchema)]
 #[schemars(
+    rename = "Quantity",
     description = "Bytes as a Kubernetes quantity: \"1536Mi\", \"2Gi\", \"500M\", \"1e9\" or a number.",
     extend("type" = ["string", "number"])
 )]

@@ -73,7 +73,7 @@ mod tests {
         let validator = jsonschema::validator_for(&json_schema()).expect("the schema compiles");
         assert!(validator.is_valid(&example()));
         type Break = fn(&mut Value);
-        let broken: [(&str, Break); 6] = [
+        let broken: [(&str, Break); 8] = [
             ("unknown field", |d| {
                 d["spec"]["triggers"]["shedule"] = json!({"cron": "0 3 * * *"})
             }),
@@ -83,6 +83,10 @@ mod tests {
             }),
             ("wrong kind", |d| d["kind"] = json!("Deployment")),
             ("no trigger", |d| d["spec"]["triggers"] = json!({})),
+            ("maxPerRun 0", |d| d["spec"]["maxPerRun"] = json!(0)),
+            ("percent over 100", |d| {
+                d["spec"]["triggers"]["memory"] = json!({"percentOfLimit": 101})
+            }),
             ("both thresholds", |d| {
                 d["spec"]["triggers"]["memory"]["percentOfLimit"] = json!(85)
             }),
@@ -109,7 +113,7 @@ mod tests {
         );
         assert_eq!(schema["properties"]["kind"]["const"], "BouncePolicy");
         // Doc comments on the raw types become field descriptions.
-        let cooldown = schema.pointer("/$defs/RawSpec/properties/cooldown/description");
+        let cooldown = schema.pointer("/$defs/Spec/properties/cooldown/description");
         assert!(
             cooldown
                 .and_then(Value::as_str)

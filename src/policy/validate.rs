@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use chrono::{NaiveTime, Weekday};
 use chrono_tz::Tz;
+use serde_yaml_ng::Value;
 
 use super::raw::{
     RawMemory, RawPolicy, RawRestart, RawSchedule, RawSelector, RawTarget, RawWindow,
@@ -21,7 +22,6 @@ use super::{
 };
 use crate::model::Kind;
 use crate::schedule::Schedule;
-use serde_yaml_ng::Value;
 
 const DEFAULT_STARTING_DEADLINE: Duration = Duration::from_secs(2 * 3600);
 const DEFAULT_COOLDOWN: Duration = Duration::from_secs(3600);

@@ -316,3 +316,104 @@ def test_can_i(installed, mode, what, args, where, expected):
                    "expected": "yes" if expected else "no", "got": answer,
                    "ok": "ok" if got == expected else "FAIL"})
     assert got == expected, f"{what} in {namespace}: expected {expected}, got {answer}"
+
+
+# --- a real bouncer run as the chart's ServiceAccount ------------------------------------------
+
+
+def bouncer_binary() -> str:
+    """The bouncer binary the Rust build made (scripts/test exports BOUNCER_BIN)."""
+    candidates = [os.environ.get("BOUNCER_BIN", "")]
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "target"))
+    candidates += [os.path.join(target, "debug", "bouncer"), os.path.join(target, "release", "bouncer")]
+    for path in candidates:
+        if path and os.access(path, os.X_OK):
+            return path
+    if os.environ.get("BOUNCER_REQUIRE_CLUSTER") == "1":
+        pytest.fail("no bouncer binary (set BOUNCER_BIN or build with cargo build)")
+    pytest.skip("no bouncer binary: cargo build first")
+
+
+def service_account_kubeconfig(rel: Release, path: str) -> None:
+    """A kubeconfig that authenticates with the ServiceAccount's own token (not admin)."""
+    import base64
+
+    deadline = time.monotonic() + 30
+    secret = ""
+    while not secret:
+        secret = kubectl("-n", rel.namespace, "get", "serviceaccount", RELEASE,
+                         "-o", "jsonpath={.secrets[0].name}").stdout.strip()
+        assert secret or time.monotonic() < deadline, "no token secret for the ServiceAccount"
+        time.sleep(0.5)
+    token = base64.b64decode(kubectl("-n", rel.namespace, "get", "secret", secret,
+                                     "-o", "jsonpath={.data.token}").stdout).decode()
+    admin = json.loads(kubectl("config", "view", "--minify", "--raw", "-o", "json").stdout)
+    cluster = admin["clusters"][0]["cluster"]
+    config = {
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa",
+                                                "namespace": rel.namespace}}],
+        "current-context": "sa",
+    }
+    with open(path, "w") as f:
+        yaml.safe_dump(config, f)
+
+
+def small_deployment(name: str) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+        "spec": {"replicas": 2, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [{
+                                  "name": "app", "image": "registry.k8s.io/pause:3.2",
+                                  "resources": {"requests": {"cpu": "1m", "memory": "8Mi"}}}]}}},
+    }
+
+
+def restarted_at(namespace: str, name: str) -> str:
+    return kubectl("-n", namespace, "get", "deployment", name, "-o",
+                   "jsonpath={.spec.template.metadata.annotations.kubectl\\.kubernetes\\.io/restartedAt}"
+                   ).stdout.strip()
+
+
+def test_real_run_as_the_service_account(installed, tmp_path):
+    """With the chart's identity, bouncer bounces in an allowed namespace and nowhere else."""
+    rel: Release = installed["namespaced"]
+    binary = bouncer_binary()
+    allowed, outside = rel.allowed[0], rel.outside
+    for ns in (allowed, outside):
+        kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(small_deployment("rbac-web")))
+    for ns in (allowed, outside):
+        kubectl("-n", ns, "rollout", "status", "deployment/rbac-web", "--timeout=90s", timeout=100)
+    kubeconfig = str(tmp_path / "sa.kubeconfig")
+    service_account_kubeconfig(rel, kubeconfig)
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "p.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "bouncer.dev/v1alpha1", "kind": "BouncePolicy",
+        "metadata": {"name": "rbac-web"},
+        "spec": {"target": {"selector": {"matchLabels": {"app": "rbac-web"}}},
+                 "triggers": {"schedule": {"cron": "* * * * *"}}, "cooldown": "1s"},
+    }))
+    # The every-minute cron must fire after the pods started.
+    time.sleep(61 - time.time() % 60)
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "BOUNCER_POLICIES": str(policies),
+           "BOUNCER_NAMESPACES": ",".join(rel.allowed), "BOUNCER_LEASE_NAMESPACE": rel.namespace,
+           "BOUNCER_OUTPUT": "json", "BOUNCER_ROLLOUT_TIMEOUT": "90s"}
+    run = subprocess.run([binary, "run"], env=env, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    bounced = [(r["workload"]["namespace"], r["decision"]) for r in report["rows"]]
+    assert bounced == [(allowed, "bounced")], report
+    assert restarted_at(allowed, "rbac-web"), "the allowed namespace's deployment was restarted"
+    assert not restarted_at(outside, "rbac-web"), "the other namespace was not touched"
+
+    # The same identity pointed at a namespace outside its grant is refused (exit 3), writes nothing.
+    refused = subprocess.run([binary, "run", "--namespaces", outside], env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 3, (refused.returncode, refused.stderr)
+    assert "forbidden" in refused.stderr.lower(), refused.stderr
+    assert not restarted_at(outside, "rbac-web")

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use bouncer_testkit::{
     MetricsEmulator, PodTemplateExt, TestNs, client, create, deployment, install_metrics_crd, kubectl, mcp_server,
-    pod_memory, wait_pod_memory, wait_pods_ready, wait_rollout_complete,
+    wait_pod_memory, wait_pods_ready, wait_rollout_complete,
 };
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -113,10 +113,13 @@ async fn memory_threshold_bounces_only_the_leaky_ones() {
     for name in ["leak-a", "leak-b"] {
         let pod = pods(&client, ns.name(), &format!("app={name}")).await.remove(0);
         let pod_name = pod.metadata.name.clone().unwrap();
-        let m = wait_pod_memory(&client, ns.name(), &pod_name, Duration::from_secs(60), |m| m.total > 300 << 20)
-            .await
-            .expect("leak grows past the threshold");
-        before.push((name, pod_name, m.total));
+        let m = wait_pod_memory(&client, ns.name(), &pod_name, Duration::from_secs(60), |m| {
+            m.is_some_and(|m| m.bytes > 300 << 20)
+        })
+        .await
+        .expect("leak grows past the threshold")
+        .expect("metrics present");
+        before.push((name, pod_name, m.bytes));
     }
 
     let plan = bouncer(&["plan"], &policies, ns.name()).await;
@@ -138,9 +141,11 @@ async fn memory_threshold_bounces_only_the_leaky_ones() {
         let pod = pods(&client, ns.name(), &format!("app={name}")).await.remove(0);
         let new_name = pod.metadata.name.clone().unwrap();
         assert_ne!(new_name, old_pod, "{name} has a new pod");
-        let m = wait_pod_memory(&client, ns.name(), &new_name, Duration::from_secs(30), |_| true).await.unwrap();
-        assert!(m.total < old_total, "{name}: memory {} after the bounce, {old_total} before", m.total);
-        assert!(pod_memory(&client, ns.name(), &old_pod).await.unwrap().is_none(), "old pod's metrics are gone");
+        let m = wait_pod_memory(&client, ns.name(), &new_name, Duration::from_secs(30), |m| m.is_some())
+            .await
+            .unwrap()
+            .expect("metrics for the new pod");
+        assert!(m.bytes < old_total, "{name}: memory {} after the bounce, {old_total} before", m.bytes);
     }
 }
 

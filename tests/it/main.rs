@@ -1,4 +1,6 @@
 //! Integration tests against the local control plane: one binary, one module per area, so the
 //! cluster starts once per `cargo test` run (see bouncer-testkit).
 
+mod bounce;
 mod harness;
+mod support;

@@ -156,3 +156,107 @@ pub fn policy(name: &str, ns: &str, labels: &str, extra: &str) -> String {
         "apiVersion: bouncer.dev/v1alpha1\nkind: BouncePolicy\nmetadata:\n  name: {name}\nspec:\n  target:\n    namespaces: [{ns}]\n    selector:\n      matchLabels: {labels}\n{extra}"
     )
 }
+
+/// `bouncer ARGS --output json` as `bouncer_env` runs it, but started in the background with its
+/// output captured, so a test can act on the cluster (or signal it) while it runs.
+pub fn spawn_bouncer(args: &[&str], policies: &Policies, ns: &str, env: &[(&str, &str)]) -> tokio::process::Child {
+    let cluster = bouncer_testkit::cluster();
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_bouncer"))
+        .args(args)
+        .arg("--policies")
+        .arg(policies.path())
+        .args(["--output", "json", "--lease-namespace", ns, "--rollout-timeout", "90s"])
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .env("BOUNCER_VERIFY_SETTLE", "1s")
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("bouncer starts")
+}
+
+/// Waits for a background `bouncer` and reads what it reported.
+pub async fn finish(child: tokio::process::Child) -> Bounced {
+    let out = child.wait_with_output().await.expect("bouncer runs to the end");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let report = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+    Bounced { code: out.status.code().unwrap_or(-1), report, stdout, stderr }
+}
+
+/// The pod template's restartedAt of a Deployment, or None when it (or the Deployment) is absent.
+pub async fn restarted_at_of(client: &Client, ns: &str, name: &str) -> Option<String> {
+    let d = Api::<Deployment>::namespaced(client.clone(), ns).get_opt(name).await.expect("get deployment")?;
+    deployment_restarted_at(&d)
+}
+
+/// Watches a Deployment until its pod template carries a restartedAt annotation.
+pub async fn wait_restarted_at(client: &Client, ns: &str, name: &str, timeout: Duration) -> String {
+    let api = Api::<Deployment>::namespaced(client.clone(), ns);
+    let cond = |d: Option<&Deployment>| d.and_then(deployment_restarted_at).is_some();
+    match tokio::time::timeout(timeout, kube::runtime::wait::await_condition(api, name, cond)).await {
+        Ok(Ok(Some(d))) => deployment_restarted_at(&d).expect("condition holds"),
+        other => panic!("deployment {ns}/{name} got no restartedAt within {timeout:?}: {other:?}"),
+    }
+}
+
+/// UIDs of the pods matching `selector` (not being deleted), sorted.
+pub async fn pod_uids(client: &Client, ns: &str, selector: &str) -> Vec<String> {
+    let mut uids: Vec<String> = pods(client, ns, selector).await.into_iter().filter_map(|p| p.metadata.uid).collect();
+    uids.sort();
+    uids
+}
+
+/// Events bouncer recorded (events.k8s.io/v1) about the object `name` in `ns` with `reason`.
+pub async fn bouncer_events(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    api.list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.reporting_controller.as_deref() == Some("bouncer.dev/bouncer"))
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect()
+}
+
+fn audit_log() -> Option<PathBuf> {
+    let path = bouncer_testkit::cluster().kubeconfig.parent()?.join("audit.log");
+    path.is_file().then_some(path)
+}
+
+/// Where the API server's audit log ends now; None when the cluster writes none (an external one).
+pub fn audit_mark() -> Option<u64> {
+    audit_log().and_then(|p| std::fs::metadata(p).ok()).map(|m| m.len())
+}
+
+/// Completed requests bouncer's user agent made after `mark`, as the audit log records them.
+pub fn audit_since(mark: u64) -> Vec<Value> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(audit_log().expect("audit log")).expect("open audit log");
+    file.seek(SeekFrom::Start(mark)).expect("seek audit log");
+    let mut text = String::new();
+    file.read_to_string(&mut text).expect("read audit log");
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["stage"] == "ResponseComplete")
+        .filter(|e| e["userAgent"].as_str().is_some_and(|ua| ua.starts_with("bouncer/")))
+        .collect()
+}
+
+/// Audit entries of `verb` on `resource` (optionally a subresource) in `ns`, oldest first.
+pub fn audited<'a>(entries: &'a [Value], verb: &str, resource: &str, ns: &str) -> Vec<&'a Value> {
+    let (resource, sub) = resource.split_once('/').unwrap_or((resource, ""));
+    entries
+        .iter()
+        .filter(|e| e["verb"] == verb && e["objectRef"]["resource"] == resource && e["objectRef"]["namespace"] == ns)
+        .filter(|e| e["objectRef"]["subresource"].as_str().unwrap_or_default() == sub)
+        .collect()
+}
+
+/// When the API server received an audited request.
+pub fn audit_time(entry: &Value) -> DateTime<Utc> {
+    entry["requestReceivedTimestamp"].as_str().and_then(|t| t.parse().ok()).expect("audit timestamp")
+}

@@ -296,7 +296,9 @@ impl MetricsEmulator {
                     None => bail!("pod watch ended"),
                 },
                 _ = tick.tick() => {
-                    if store.wait_until_ready().await.is_ok() {
+                    // Never await readiness here: the store only fills while `pods` is polled.
+                    let ready = tokio::time::timeout(Duration::ZERO, store.wait_until_ready()).await;
+                    if matches!(ready, Ok(Ok(()))) {
                         self.sync_once(&store.state(), &mut written, actions).await;
                     }
                 }
