@@ -217,8 +217,9 @@ impl Executor<'_> {
         timeout: Duration,
         out: &mut Outcome,
     ) -> Status {
-        let managers = verify::template_writers(&self.client, &b.target, at).await;
-        let by = if managers.is_empty() { "an unknown writer".to_string() } else { managers.join(", ") };
+        let reverters = verify::reverters(&self.client, &b.target, at).await;
+        let by = reverters.to_string();
+        let managers = reverters.managers;
         let found = found.unwrap_or_else(|| "removed".into());
         let note = format!("restartedAt was reverted by {by} (now: {found}); onRevert: {:?}", b.on_revert);
         out.verification = Some(note.clone());

@@ -191,9 +191,10 @@ async fn run_locked(
         None
     };
     let report = report::build(&plan, mode, outcomes.as_deref());
-    print!("{}", report::render(&report, settings.output));
+    let one_line = settings.log_format == LogFormat::Json;
+    print!("{}", report::render(&report, settings.output, one_line));
     if let Some(path) = &settings.report
-        && let Err(e) = std::fs::write(path, report::render(&report, format_for(path)))
+        && let Err(e) = std::fs::write(path, report::render(&report, format_for(path), false))
     {
         eprintln!("bouncer: failed to write the report to {}: {e}", path.display());
     }

@@ -286,10 +286,13 @@ pub fn markdown(r: &Report) -> String {
     out
 }
 
-pub fn render(r: &Report, format: Format) -> String {
+/// `one_line` prints JSON on a single line, so that in a cluster, where the report and the JSON
+/// log lines share one stream, every line of `kubectl logs` is one JSON object.
+pub fn render(r: &Report, format: Format, one_line: bool) -> String {
     match format {
         Format::Table => table(r),
         Format::Markdown => markdown(r),
+        Format::Json if one_line => serde_json::to_string(r).expect("report serializes") + "\n",
         Format::Json => serde_json::to_string_pretty(r).expect("report serializes") + "\n",
     }
 }

@@ -12,6 +12,7 @@ use crate::consts::{BUILTIN_MANAGERS, FIELD_MANAGER};
 use crate::convert;
 use crate::model::{Kind, Workload, WorkloadRef};
 use crate::reason::rfc3339;
+use crate::restart::with_retries;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
@@ -46,31 +47,70 @@ pub fn check(w: &Workload, written: &str, patched_at: DateTime<Utc>, old_uids: &
     Verdict::Verified { pods: live.len() }
 }
 
-/// Field managers (other than bouncer and the built-in controllers) that wrote the pod template
-/// at or after `since`: the likely reverters.
-pub async fn template_writers(client: &Client, target: &WorkloadRef, since: DateTime<Utc>) -> Vec<String> {
-    let ns = target.namespace.as_str();
-    let name = target.name.as_str();
-    let fields = match target.kind {
-        Kind::Deployment => Api::<Deployment>::namespaced(client.clone(), ns).get(name).await.map(|o| o.metadata.managed_fields),
-        Kind::StatefulSet => Api::<StatefulSet>::namespaced(client.clone(), ns).get(name).await.map(|o| o.metadata.managed_fields),
-        Kind::DaemonSet => Api::<DaemonSet>::namespaced(client.clone(), ns).get(name).await.map(|o| o.metadata.managed_fields),
-        Kind::Pod => return Vec::new(),
-    };
-    match fields {
-        Ok(entries) => writers(entries.unwrap_or_default().as_slice(), since),
-        Err(e) => {
-            tracing::warn!("reading managedFields of {target}: {e}");
-            Vec::new()
+/// Who reverted a bounce, as far as managedFields can tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reverters {
+    /// Field managers other than bouncer and the built-in controllers.
+    pub managers: Vec<String>,
+    /// True when they wrote the pod template at or after the bounce. False when nobody did and
+    /// these are the template's other owners: removing a field does not refresh a manager's
+    /// write time, so an owner that deletes restartedAt leaves only its ownership behind.
+    pub wrote_after: bool,
+}
+
+impl std::fmt::Display for Reverters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.managers.is_empty(), self.wrote_after) {
+            (true, _) => f.write_str("an unknown writer"),
+            (false, true) => f.write_str(&self.managers.join(", ")),
+            (false, false) => write!(
+                f,
+                "{} (owner of the pod template; removals leave no write time in managedFields)",
+                self.managers.join(", ")
+            ),
         }
     }
 }
 
-fn writers(entries: &[ManagedFieldsEntry], since: DateTime<Utc>) -> Vec<String> {
-    let since = since.duration_trunc(TimeDelta::seconds(1)).unwrap_or(since);
+/// The likely reverters of a bounce patched at `since`, from the workload's managedFields. A
+/// failed read is logged and yields no names: the revert itself is already proven.
+pub async fn reverters(client: &Client, target: &WorkloadRef, since: DateTime<Utc>) -> Reverters {
+    let ns = target.namespace.as_str();
+    let name = target.name.as_str();
+    let fields = with_retries(&format!("read managedFields of {target}"), || async {
+        match target.kind {
+            Kind::Deployment => Api::<Deployment>::namespaced(client.clone(), ns).get(name).await.map(|o| o.metadata.managed_fields),
+            Kind::StatefulSet => Api::<StatefulSet>::namespaced(client.clone(), ns).get(name).await.map(|o| o.metadata.managed_fields),
+            Kind::DaemonSet => Api::<DaemonSet>::namespaced(client.clone(), ns).get(name).await.map(|o| o.metadata.managed_fields),
+            Kind::Pod => Ok(None),
+        }
+    })
+    .await;
+    match fields {
+        Ok(entries) => from_entries(entries.unwrap_or_default().as_slice(), since),
+        Err(e) => {
+            tracing::warn!("reading managedFields of {target}: {e}");
+            Reverters { managers: Vec::new(), wrote_after: false }
+        }
+    }
+}
+
+fn from_entries(entries: &[ManagedFieldsEntry], since: DateTime<Utc>) -> Reverters {
+    let recent = writers(entries, Some(since));
+    if recent.is_empty() {
+        Reverters { managers: writers(entries, None), wrote_after: false }
+    } else {
+        Reverters { managers: recent, wrote_after: true }
+    }
+}
+
+/// Field managers (other than bouncer and the built-in controllers) owning part of the pod
+/// template, only those that wrote at or after `since` when given.
+fn writers(entries: &[ManagedFieldsEntry], since: Option<DateTime<Utc>>) -> Vec<String> {
+    let since = since.map(|s| s.duration_trunc(TimeDelta::seconds(1)).unwrap_or(s));
     let mut names: Vec<String> = entries
         .iter()
-        .filter(|e| e.time.as_ref().is_some_and(|t| convert::time(t) >= since))
+        .filter(|e| since.is_none_or(|since| e.time.as_ref().is_some_and(|t| convert::time(t) >= since)))
         .filter(|e| e.fields_v1.as_ref().is_some_and(|f| f.0.pointer("/f:spec/f:template").is_some()))
         .filter_map(|e| e.manager.clone())
         .filter(|m| m != FIELD_MANAGER && !BUILTIN_MANAGERS.contains(&m.as_str()))
@@ -154,6 +194,29 @@ mod tests {
             entry("helm", "2026-01-01T02:00:00Z", true),
             entry("status-writer", "2026-01-01T03:00:03Z", false),
         ];
-        assert_eq!(writers(&entries, since), vec!["toolhive-operator".to_string()]);
+        assert_eq!(writers(&entries, Some(since)), vec!["toolhive-operator".to_string()]);
+        assert_eq!(from_entries(&entries, since), Reverters { managers: vec!["toolhive-operator".into()], wrote_after: true });
+    }
+
+    #[test]
+    fn a_removal_leaves_only_ownership_so_the_template_owners_are_named() {
+        let entry = |manager: &str, time: &str, path: serde_json::Value| ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(time.parse().unwrap())),
+            fields_v1: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(path)),
+            ..Default::default()
+        };
+        // What the API server keeps after an operator deleted our annotation: its entry from
+        // creation (old time), the controller's status, and no entry for bouncer at all.
+        let since: DateTime<Utc> = "2026-01-01T03:00:00Z".parse().unwrap();
+        let entries = vec![
+            entry("toolhive-operator", "2026-01-01T02:00:00Z", serde_json::json!({"f:spec": {"f:template": {}}})),
+            entry("kube-controller-manager", "2026-01-01T03:00:05Z", serde_json::json!({"f:status": {}})),
+            entry("helm", "2026-01-01T01:00:00Z", serde_json::json!({"f:metadata": {"f:labels": {}}})),
+        ];
+        let found = from_entries(&entries, since);
+        assert_eq!(found, Reverters { managers: vec!["toolhive-operator".into()], wrote_after: false });
+        assert!(found.to_string().starts_with("toolhive-operator (owner of the pod template"), "{found}");
+        assert_eq!(from_entries(&entries[1..], since).to_string(), "an unknown writer");
     }
 }

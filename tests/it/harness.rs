@@ -157,6 +157,7 @@ async fn restart_under_operator(
         .unwrap()
         .unwrap();
     let took = started.elapsed();
+    eprintln!("{mode:?}: template reverted {took:?} after the patch");
     assert!(operator.actions() >= 1, "the operator made no write");
     assert_eq!(template_annotation(&reverted, "toolhive.stacklok.dev/hash").as_deref(), Some("abc"));
     let managers: Vec<_> = reverted.managed_fields().iter().filter_map(|m| m.manager.clone()).collect();

@@ -2,5 +2,8 @@
 //! cluster starts once per `cargo test` run (see bouncer-testkit).
 
 mod bounce;
+mod faults;
 mod harness;
+mod revert;
+mod safety;
 mod support;

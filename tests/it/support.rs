@@ -260,3 +260,59 @@ pub fn audited<'a>(entries: &'a [Value], verb: &str, resource: &str, ns: &str) -
 pub fn audit_time(entry: &Value) -> DateTime<Utc> {
     entry["requestReceivedTimestamp"].as_str().and_then(|t| t.parse().ok()).expect("audit timestamp")
 }
+
+/// `kubectl apply -f -` of a YAML (or JSON) document; for objects k8s-openapi has no type for
+/// on this server (policy/v1beta1) and for RBAC bundles.
+pub fn apply(manifest: &str) {
+    use std::io::Write;
+    let mut child = bouncer_testkit::kubectl()
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl starts");
+    child.stdin.take().expect("stdin").write_all(manifest.as_bytes()).expect("write manifest");
+    let out = child.wait_with_output().expect("kubectl runs");
+    assert!(out.status.success(), "kubectl apply failed: {}\n{manifest}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Merge-patches a Deployment and waits until its controller observed the change.
+pub async fn patch_deployment(client: &Client, ns: &str, name: &str, patch: Value) {
+    let api = Api::<Deployment>::namespaced(client.clone(), ns);
+    let patched = api.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await;
+    let generation = patched.expect("patch deployment").metadata.generation.unwrap_or(0);
+    let observed = move |d: Option<&Deployment>| {
+        d.and_then(|d| d.status.as_ref()?.observed_generation).is_some_and(|g| g >= generation)
+    };
+    tokio::time::timeout(Duration::from_secs(60), kube::runtime::wait::await_condition(api, name, observed))
+        .await
+        .unwrap_or_else(|_| panic!("deployment {ns}/{name}: generation {generation} not observed within 60s"))
+        .expect("watch deployment");
+}
+
+/// Ready nodes in the cluster.
+pub async fn ready_nodes(client: &Client) -> i32 {
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone()).list(&ListParams::default()).await;
+    let ready = nodes.expect("list nodes").items.into_iter().filter(|n| {
+        n.status.iter().flat_map(|s| s.conditions.iter().flatten()).any(|c| c.type_ == "Ready" && c.status == "True")
+    });
+    i32::try_from(ready.count()).expect("node count")
+}
+
+/// A Deployment with one replica per Ready node, kept one per node by required pod
+/// anti-affinity and rolled with maxUnavailable 0: its pods run, but the surge pod of any
+/// restart can never be scheduled, so every rollout of it is stuck. No node is cordoned, so
+/// tests running alongside are unaffected.
+pub async fn stuck_on_restart(client: &Client, name: &str, labels: &[(&str, &str)]) -> Deployment {
+    let mut d = bouncer_testkit::deployment(name, ready_nodes(client).await, labels);
+    let selector: serde_json::Map<String, Value> = labels.iter().map(|(k, v)| (k.to_string(), Value::from(*v))).collect();
+    let affinity = serde_json::json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": selector}, "topologyKey": "kubernetes.io/hostname"}]}});
+    let spec = d.spec.as_mut().expect("spec");
+    spec.strategy = Some(serde_json::from_value(serde_json::json!(
+        {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    )).expect("strategy"));
+    spec.template.spec.as_mut().expect("pod spec").affinity = Some(serde_json::from_value(affinity).expect("affinity"));
+    d
+}

@@ -130,7 +130,8 @@ pub struct TestNs {
 
 impl TestNs {
     /// Creates the namespace and waits for its `default` ServiceAccount: until the controller
-    /// manager makes it, the API server rejects every pod (bare pods would fail outright).
+    /// manager makes it, the API server rejects every pod (bare pods would fail outright, where
+    /// a controller would merely retry).
     pub async fn new(client: &Client, area: &str) -> Self {
         let suffix: String = {
             let mut rng = rand::rng();
@@ -149,14 +150,21 @@ impl TestNs {
             .create(&PostParams::default(), &ns)
             .await
             .unwrap_or_else(|e| panic!("test setup: creating namespace {name}: {e}"));
+        // Before 1.24 the ServiceAccount admission plugin also rejects pods until the token
+        // controller has attached a token secret to the account; from 1.24 on there is none.
+        let needs_token = client
+            .apiserver_version()
+            .await
+            .ok()
+            .and_then(|v| v.minor.trim_end_matches('+').parse::<u32>().ok())
+            .is_some_and(|minor| minor < 24);
         let sa = Api::<ServiceAccount>::namespaced(client.clone(), &name);
-        let ready = tokio::time::timeout(
-            Duration::from_secs(60),
-            await_condition(sa, "default", |o: Option<&ServiceAccount>| o.is_some()),
-        )
-        .await;
+        let usable = move |o: Option<&ServiceAccount>| {
+            o.is_some_and(|sa| !needs_token || sa.secrets.as_ref().is_some_and(|s| !s.is_empty()))
+        };
+        let ready = tokio::time::timeout(Duration::from_secs(60), await_condition(sa, "default", usable)).await;
         if !matches!(ready, Ok(Ok(_))) {
-            panic!("test setup: namespace {name} got no default ServiceAccount within 60s: {ready:?}");
+            panic!("test setup: namespace {name} got no usable default ServiceAccount within 60s: {ready:?}");
         }
         Self { name }
     }
@@ -176,14 +184,14 @@ impl TestNs {
                     annotations={.metadata.annotations}\n  owners={.metadata.ownerReferences[*].name}\n{end}";
         let pods = format!("jsonpath={pods}");
         let sections: [(&str, Vec<&str>); 4] = [
-            ("pods (name, uid, phase, start, annotations)", vec!["get", "pods", "-o", &pods]),
-            ("all,events", vec!["get", "all,events", "-o", "yaml"]),
-            ("podmetrics", vec!["get", "podmetrics.metrics.k8s.io", "-o", "yaml"]),
-            ("controllerrevisions,replicasets", vec!["get", "controllerrevisions,replicasets", "-o", "wide"]),
+            ("pods: name, uid, phase, start, annotations, owners", vec!["get", "pods", "-o", &pods]),
+            ("kubectl get all,events -o yaml", vec!["get", "all,events", "-o", "yaml"]),
+            ("kubectl get podmetrics -o yaml", vec!["get", "podmetrics.metrics.k8s.io", "-o", "yaml"]),
+            ("kubectl get controllerrevisions,replicasets -o wide", vec!["get", "controllerrevisions,replicasets", "-o", "wide"]),
         ];
         let mut text = format!("# dump of namespace {ns}\n");
         for (title, args) in sections {
-            let _ = writeln!(text, "\n## kubectl -n {ns} {}\n# {title}", args.join(" "));
+            let _ = writeln!(text, "\n## {title}");
             match kubectl().arg("-n").arg(ns).args(&args).output() {
                 Ok(out) => {
                     text.push_str(&String::from_utf8_lossy(&out.stdout));

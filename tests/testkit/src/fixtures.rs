@@ -142,11 +142,22 @@ impl BarePodApp {
         let actions = Arc::new(AtomicUsize::new(0));
         let counter = actions.clone();
         let params = PostParams { field_manager: Some(MCPD_MANAGER.into()), ..Default::default() };
+        // A fresh namespace can refuse pods for a moment (on servers before 1.24 until the
+        // apiserver's cache has the service account token), so the first creates retry briefly.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
         for name in &names {
-            match api.create(&params, &make(name)).await {
-                Ok(_) => count(&counter),
-                Err(e) if is_conflict(&e) => {}
-                Err(e) => return Err(e).with_context(|| format!("creating pod {ns}/{name}")),
+            loop {
+                match api.create(&params, &make(name)).await {
+                    Ok(_) => count(&counter),
+                    Err(e) if is_conflict(&e) => {}
+                    Err(e) if tokio::time::Instant::now() < deadline => {
+                        tracing::debug!("bare-pod app: creating {name}, will retry: {e}");
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                        continue;
+                    }
+                    Err(e) => return Err(e).with_context(|| format!("creating pod {ns}/{name}")),
+                }
+                break;
             }
         }
         Ok(BackgroundTask::spawn(actions, async move {

@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""Loads a cluster with a realistic, deterministic fleet for `scripts/bench` (standard library only).
+
+Every namespace `bench-NNN` holds the same 100 pods in 20 workloads:
+  14 Deployments x 5 replicas (pods created by the real ReplicaSet controller),
+   4 StatefulSets x 7 replicas (2 containers each; created by the real StatefulSet controller),
+   2 bare pods,
+plus one PodDisruptionBudget. `--pods N` loads ceil(N/100) namespaces; the loader is idempotent
+(existing objects are kept), so a bigger N only adds namespaces.
+
+Pods carry `schedulerName: bench-unscheduled`: no scheduler binds them, so they stay put without
+a node and nothing garbage-collects them. The loader then writes what a kubelet and
+metrics-server would: a Running/Ready pod status and one PodMetrics object per pod (the
+metrics.k8s.io CRD is installed exactly as the test kit does). About 1 pod in 10 uses more than
+85% of its memory limit.
+
+Connection settings come from the environment: BENCH_SERVER, BENCH_CA, BENCH_TOKEN.
+"""
+
+import argparse
+import hashlib
+import http.client
+import json
+import os
+import ssl
+import sys
+import threading
+import time
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+
+PODS_PER_NS = 100
+DEPLOYMENTS, DEPLOYMENT_REPLICAS = 14, 5
+STATEFULSETS, STATEFULSET_REPLICAS = 4, 7
+BARE = 2
+LIMIT_MI = 256
+SIDECAR_LIMIT_MI = 64
+SCHEDULER = "bench-unscheduled"
+
+SERVER = urllib.parse.urlparse(os.environ["BENCH_SERVER"])
+CTX = ssl.create_default_context(cafile=os.environ["BENCH_CA"])
+HEADERS = {"Authorization": "Bearer " + os.environ["BENCH_TOKEN"], "Accept": "application/json",
+           "User-Agent": "bouncer-bench-loader"}
+_local = threading.local()
+
+
+def log(msg):
+    print(f"load: {msg}", file=sys.stderr, flush=True)
+
+
+def request(method, path, body=None, content_type="application/json", ok=(200, 201), tolerate=()):
+    """One request on this thread's keep-alive connection, retried on overload and lost connections."""
+    data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+    headers = dict(HEADERS)
+    if data is not None:
+        headers["Content-Type"] = content_type
+    for attempt in range(30):
+        conn = getattr(_local, "conn", None)
+        if conn is None:
+            conn = _local.conn = http.client.HTTPSConnection(SERVER.hostname, SERVER.port, context=CTX, timeout=120)
+        try:
+            conn.request(method, path, body=data, headers=headers)
+            resp = conn.getresponse()
+            payload = resp.read()
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            _local.conn = None
+            time.sleep(min(0.1 * 2**attempt, 2))
+            continue
+        if resp.status in ok:
+            return json.loads(payload) if payload else None
+        if resp.status in tolerate:
+            return None
+        if resp.status in (429, 500, 503, 504):
+            time.sleep(min(0.1 * 2**attempt, 2))
+            continue
+        raise RuntimeError(f"{method} {path}: HTTP {resp.status}: {payload[:300].decode(errors='replace')}")
+    raise RuntimeError(f"{method} {path}: gave up after retries")
+
+
+def create(path, obj):
+    request("POST", path, obj, tolerate=(409,))
+
+
+def parallel(fn, items, workers=16):
+    items = list(items)
+    with ThreadPoolExecutor(workers) as pool:
+        for _ in pool.map(fn, items):
+            pass
+    return len(items)
+
+
+def list_all(path, params=""):
+    """Every item of a paged LIST."""
+    items, cont = [], ""
+    while True:
+        q = f"?limit=500{params}" + (f"&continue={urllib.parse.quote(cont)}" if cont else "")
+        page = request("GET", path + q)
+        items.extend(page["items"])
+        cont = page["metadata"].get("continue", "")
+        if not cont:
+            return items
+
+
+# --- the metrics.k8s.io CRD, as tests/testkit/src/metrics.rs install_metrics_crd does it -------
+
+CRD_NAME = "pods.metrics.k8s.io"
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": CRD_NAME, "annotations": {"api-approved.kubernetes.io": "unapproved, testing only"}},
+    "spec": {
+        "group": "metrics.k8s.io",
+        "scope": "Namespaced",
+        "names": {"plural": "pods", "singular": "podmetrics", "kind": "PodMetrics", "listKind": "PodMetricsList"},
+        "versions": [{
+            "name": "v1beta1", "served": True, "storage": True,
+            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+        }],
+    },
+}
+
+
+def install_metrics_crd():
+    create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", CRD)
+    deadline = time.time() + 60
+    while True:
+        crd = request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}")
+        conds = crd.get("status", {}).get("conditions", [])
+        if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
+            break
+        if time.time() > deadline:
+            raise RuntimeError("PodMetrics CRD not established within 60s")
+        time.sleep(0.2)
+    deadline = time.time() + 30
+    while request("GET", "/apis/metrics.k8s.io/v1beta1/pods?limit=1", tolerate=(404, 503)) is None:
+        if time.time() > deadline:
+            raise RuntimeError("/apis/metrics.k8s.io/v1beta1/pods is not served")
+        time.sleep(0.2)
+
+
+# --- the fleet ---------------------------------------------------------------------------------
+
+def ns_name(i):
+    return f"bench-{i:03d}"
+
+
+def labels(app, tier):
+    return {"bench": "true", "app": app, "tier": tier, "app.kubernetes.io/name": app,
+            "app.kubernetes.io/part-of": "bench", "app.kubernetes.io/managed-by": "bench-loader"}
+
+
+def container(name, limit_mi, port):
+    return {
+        "name": name,
+        "image": f"registry.example.com/bench/{name}:1.4.2",
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["--listen", f":{port}", "--log-format", "json"],
+        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
+        "env": [{"name": "GOMAXPROCS", "value": "1"}, {"name": "LOG_LEVEL", "value": "info"},
+                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": f"{limit_mi}Mi"}},
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": 10},
+    }
+
+
+def pod_spec(sidecar):
+    containers = [container("app", LIMIT_MI, 8080)]
+    if sidecar:
+        containers.append(container("proxy", SIDECAR_LIMIT_MI, 9090))
+    return {"schedulerName": SCHEDULER, "containers": containers, "terminationGracePeriodSeconds": 5}
+
+
+def template(app, tier, sidecar=False):
+    return {"metadata": {"labels": labels(app, tier), "annotations": {"bench/owner": "team-" + app[-2:]}},
+            "spec": pod_spec(sidecar)}
+
+
+def namespace_objects(ns):
+    """(path, object) for everything in one namespace, parents first."""
+    out = [("/api/v1/namespaces", {"metadata": {"name": ns, "labels": {"bench": "true"}}})]
+    for d in range(DEPLOYMENTS):
+        app = f"web-{d:02d}"
+        out.append((f"/apis/apps/v1/namespaces/{ns}/deployments", {
+            "metadata": {"name": app, "labels": labels(app, "web")},
+            "spec": {"replicas": DEPLOYMENT_REPLICAS, "selector": {"matchLabels": {"app": app}},
+                     "template": template(app, "web")},
+        }))
+    for s in range(STATEFULSETS):
+        app = f"db-{s:02d}"
+        out.append((f"/apis/apps/v1/namespaces/{ns}/statefulsets", {
+            "metadata": {"name": app, "labels": labels(app, "db")},
+            "spec": {"replicas": STATEFULSET_REPLICAS, "serviceName": app, "podManagementPolicy": "Parallel",
+                     "selector": {"matchLabels": {"app": app}}, "template": template(app, "db", sidecar=True)},
+        }))
+    for b in range(BARE):
+        app = f"job-{b:02d}"
+        out.append((f"/api/v1/namespaces/{ns}/pods", {
+            "metadata": {"name": app, **template(app, "batch")["metadata"]}, "spec": pod_spec(False),
+        }))
+    out.append((f"/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets", {
+        "metadata": {"name": "web-00"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web-00"}}},
+    }))
+    return out
+
+
+def count_pods():
+    return sum(1 for _ in list_all("/api/v1/pods", "&labelSelector=bench%3Dtrue"))
+
+
+def wait_for(what, check, timeout):
+    deadline = time.time() + timeout
+    while True:
+        done, total = check()
+        if done >= total:
+            return
+        if time.time() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}: {done}/{total}")
+        log(f"  waiting for {what}: {done}/{total}")
+        time.sleep(3)
+
+
+def fraction(name):
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big") / 2**32
+
+
+def usage_mi(name, limit_mi):
+    """Deterministic usage: 1 pod in 10 above 85% of its limit, the rest between 20% and 80%."""
+    f = fraction(name)
+    if f < 0.1:
+        return int(limit_mi * (0.86 + f))  # 86%..96%
+    return int(limit_mi * (0.2 + 0.6 * (f - 0.1) / 0.9))
+
+
+def running_status(pod, now):
+    """Running and Ready since 1 to 72 hours ago, as a kubelet reports it."""
+    hours = 1 + int(fraction(pod["metadata"]["name"] + "/age") * 71)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - hours * 3600))
+    containers = pod["spec"]["containers"]
+    cond = [{"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
+            for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")]
+    ip = "10.244.{}.{}".format(*divmod(int(fraction(pod["metadata"]["uid"]) * 65000), 256))
+    return {"status": {
+        "phase": "Running", "conditions": cond, "hostIP": "10.0.0.1", "podIP": ip, "podIPs": [{"ip": ip}],
+        "startTime": now,
+        "containerStatuses": [{
+            "name": c["name"], "ready": True, "started": True, "restartCount": 0, "image": c["image"],
+            "imageID": "docker-pullable://" + c["image"] + "@sha256:" + hashlib.sha256(c["image"].encode()).hexdigest(),
+            "containerID": "containerd://" + hashlib.sha256((pod["metadata"]["uid"] + c["name"]).encode()).hexdigest(),
+            "state": {"running": {"startedAt": now}}, "lastState": {},
+        } for c in containers],
+    }}
+
+
+def pod_metrics(pod, now):
+    meta = pod["metadata"]
+    usage = []
+    for c in pod["spec"]["containers"]:
+        limit = LIMIT_MI if c["name"] == "app" else SIDECAR_LIMIT_MI
+        mem = usage_mi(meta["name"] + "/" + c["name"], limit) if c["name"] == "app" else 12
+        usage.append({"name": c["name"], "usage": {"cpu": "3m", "memory": f"{mem * 1024}Ki"}})
+    return {"apiVersion": "metrics.k8s.io/v1beta1", "kind": "PodMetrics",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"], "labels": meta.get("labels", {})},
+            "timestamp": now, "window": "30s", "containers": usage}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pods", type=int, default=5000)
+    ap.add_argument("--workers", type=int, default=16)
+    args = ap.parse_args()
+    namespaces = [ns_name(i) for i in range(max(1, -(-args.pods // PODS_PER_NS)))]
+    expected = len(namespaces) * PODS_PER_NS
+    t0 = time.time()
+    install_metrics_crd()
+
+    objects = [namespace_objects(ns) for ns in namespaces]
+    parallel(lambda o: create(*o), [o[0] for o in objects], args.workers)
+    # A new namespace's default ServiceAccount (needed for pods) takes a moment to appear.
+    parallel(lambda ns: wait_for(f"serviceaccount {ns}/default", lambda: (
+        int(request("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default", tolerate=(404,)) is not None), 1), 60),
+        namespaces, args.workers)
+    n = parallel(lambda o: create(*o), [o for objs in objects for o in objs[1:]], args.workers)
+    log(f"{len(namespaces)} namespaces, {n} objects created or present ({time.time() - t0:.0f} s)")
+
+    wait_for("pods created by the controllers", lambda: (count_pods(), expected), 1800)
+    log(f"{expected} pods exist ({time.time() - t0:.0f} s)")
+
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    pods = [p for p in list_all("/api/v1/pods", "&labelSelector=bench%3Dtrue")]
+    todo = [p for p in pods if p.get("status", {}).get("phase") != "Running"]
+    parallel(lambda p: request("PATCH", f"/api/v1/namespaces/{p['metadata']['namespace']}/pods/"
+                               f"{p['metadata']['name']}/status", running_status(p, now),
+                               content_type="application/merge-patch+json"), todo, args.workers)
+    have = {(m["metadata"]["namespace"], m["metadata"]["name"])
+            for m in list_all("/apis/metrics.k8s.io/v1beta1/pods", "&labelSelector=bench%3Dtrue")}
+    missing = [p for p in pods if (p["metadata"]["namespace"], p["metadata"]["name"]) not in have]
+    parallel(lambda p: create(f"/apis/metrics.k8s.io/v1beta1/namespaces/{p['metadata']['namespace']}/pods",
+                              pod_metrics(p, now)), missing, args.workers)
+    log(f"{len(todo)} pod statuses and {len(missing)} PodMetrics written ({time.time() - t0:.0f} s)")
+
+    def settled():
+        ready, total = 0, 0
+        for kind in ("deployments", "statefulsets"):
+            for o in list_all(f"/apis/apps/v1/{kind}", "&labelSelector=bench%3Dtrue"):
+                st, want = o.get("status", {}), o["spec"]["replicas"]
+                ok = st.get("readyReplicas", 0) == want and st.get("observedGeneration", 0) >= o["metadata"]["generation"]
+                if kind == "deployments":
+                    ok = ok and st.get("availableReplicas", 0) == want
+                ready, total = ready + ok, total + 1
+        return ready, total
+
+    wait_for("controllers to report every workload ready", settled, 1800)
+    log(f"loaded {expected} pods in {len(namespaces)} namespaces in {time.time() - t0:.0f} s")
+    print(json.dumps({"pods": expected, "namespaces": len(namespaces), "seconds": round(time.time() - t0, 1)}))
+
+
+if __name__ == "__main__":
+    main()
