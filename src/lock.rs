@@ -16,7 +16,7 @@ use crate::error::ClusterError;
 pub const LEASE_SECONDS: i32 = 30;
 
 pub enum Acquired {
-    Held(LeaseGuard),
+    Held(Box<LeaseGuard>),
     /// Someone else holds a live lease.
     Busy { holder: String },
 }
@@ -101,15 +101,32 @@ pub async fn acquire(
         return Ok(Acquired::Busy { holder });
     }
     let renewer = tokio::spawn(renew(api.clone(), name.to_string(), identity.to_string(), clock, lost));
-    Ok(Acquired::Held(LeaseGuard { api, name: name.into(), identity: identity.into(), renewer }))
+    Ok(Acquired::Held(Box::new(LeaseGuard { api, name: name.into(), identity: identity.into(), renewer })))
+}
+
+/// How often the holder renews: a sixth of the lease, so that renewals failing for a while (an
+/// API server restart takes 10-20 s) still leave time to succeed before the lease runs out.
+const RENEW_EVERY: Duration = Duration::from_secs((LEASE_SECONDS / 6) as u64);
+/// A renewal that takes longer than this counts as failed (a half-dead server can hang requests).
+const RENEW_TIMEOUT: Duration = Duration::from_secs(5);
+/// The run stops once its last successful renewal is this old: the lease is still ours for the
+/// rest of its duration, so no other run can have started bouncing yet.
+const GIVE_UP_AFTER: Duration = Duration::from_secs((LEASE_SECONDS - 5) as u64);
+
+/// After a failed renewal: how soon to try again, or None when the run must stop because the
+/// lease could expire before another renewal lands.
+fn retry_after(since_renewed: Duration) -> Option<Duration> {
+    let left = GIVE_UP_AFTER.checked_sub(since_renewed).filter(|d| !d.is_zero())?;
+    Some(left.min(Duration::from_secs(1)))
 }
 
 async fn renew(api: Api<Lease>, name: String, identity: String, clock: fn() -> DateTime<Utc>, lost: watch::Sender<bool>) {
-    let every = Duration::from_secs((LEASE_SECONDS / 3) as u64);
-    let mut failures = 0;
+    let mut renewed = tokio::time::Instant::now();
+    let mut wait = RENEW_EVERY;
     loop {
-        tokio::time::sleep(every).await;
-        let renewed = async {
+        tokio::time::sleep(wait).await;
+        let attempt_started = tokio::time::Instant::now();
+        let attempt = async {
             let mut lease = api.get(&name).await?;
             let spec = lease.spec.get_or_insert_with(Default::default);
             if spec.holder_identity.as_deref() != Some(identity.as_str()) {
@@ -118,21 +135,34 @@ async fn renew(api: Api<Lease>, name: String, identity: String, clock: fn() -> D
             spec.renew_time = Some(micro(clock()));
             api.replace(&name, &PostParams::default(), &lease).await.map(|_| true)
         };
-        match renewed.await {
-            Ok(true) => failures = 0,
+        let result = match tokio::time::timeout(RENEW_TIMEOUT, attempt).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer within {RENEW_TIMEOUT:?}")),
+        };
+        match result {
+            Ok(true) => {
+                renewed = attempt_started;
+                wait = RENEW_EVERY;
+            }
             Ok(false) => {
                 tracing::error!("the run lock {name} was taken over by another run; stopping");
                 let _ = lost.send(true);
                 return;
             }
-            // One failed renewal is survivable (the lease lasts three periods); two are not.
+            // Keep retrying while the lease is surely still ours: a blip or an API server restart
+            // must not abort a bounce whose rollout is progressing fine.
             Err(e) => {
-                failures += 1;
-                tracing::warn!("renewing the run lock {name} failed: {e}");
-                if failures >= 2 {
-                    tracing::error!("cannot renew the run lock {name}; stopping before it expires");
-                    let _ = lost.send(true);
-                    return;
+                let since = renewed.elapsed();
+                match retry_after(since) {
+                    Some(next) => {
+                        tracing::warn!("renewing the run lock {name} failed ({since:?} after the last renewal): {e}; retrying");
+                        wait = next;
+                    }
+                    None => {
+                        tracing::error!("cannot renew the run lock {name} for {since:?}: {e}; stopping before it expires");
+                        let _ = lost.send(true);
+                        return;
+                    }
                 }
             }
         }
@@ -153,5 +183,34 @@ impl LeaseGuard {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_renewals_are_retried_until_the_lease_could_lapse() {
+        assert_eq!(retry_after(Duration::from_secs(5)), Some(Duration::from_secs(1)));
+        assert_eq!(retry_after(Duration::from_millis(24_500)), Some(Duration::from_millis(500)));
+        assert_eq!(retry_after(GIVE_UP_AFTER), None);
+        assert_eq!(retry_after(Duration::from_secs(60)), None);
+        // Renewing well inside the lease leaves room for an API server restart between renewals.
+        assert!(RENEW_EVERY * 3 < GIVE_UP_AFTER && GIVE_UP_AFTER < Duration::from_secs(LEASE_SECONDS as u64));
+    }
+
+    #[test]
+    fn a_lease_expires_after_its_duration_since_the_last_renewal() {
+        let now: DateTime<Utc> = "2026-01-01T03:00:00Z".parse().unwrap();
+        let spec = |holder: Option<&str>, renewed: DateTime<Utc>| LeaseSpec {
+            holder_identity: holder.map(str::to_string),
+            lease_duration_seconds: Some(30),
+            renew_time: Some(micro(renewed)),
+            ..Default::default()
+        };
+        assert!(!expired(&spec(Some("other"), now - chrono::Duration::seconds(10)), now));
+        assert!(expired(&spec(Some("other"), now - chrono::Duration::minutes(10)), now));
+        assert!(expired(&spec(None, now), now), "a released lease is free");
     }
 }

@@ -213,7 +213,8 @@ fn preflight_gates_skip_with_reasons() {
     p.restart.method = RestartMethod::Rollout;
     let plan = run(&[p], &inv);
     assert!(plan.bounces.is_empty(), "{:?}", names(&plan));
-    let cases: [(&str, fn(&SkipReason) -> bool); 7] = [
+    type Check = fn(&SkipReason) -> bool;
+    let cases: [(&str, Check); 7] = [
         ("paused", |r| *r == SkipReason::Paused),
         ("rolling", |r| matches!(r, SkipReason::RolloutInProgress { .. })),
         ("unavailable", |r| matches!(r, SkipReason::NotAvailable { .. })),

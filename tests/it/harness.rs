@@ -3,11 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use bouncer_testkit::metrics::PodMemory;
+use bouncer_testkit::PodMemory;
 use bouncer_testkit::{
-    BackgroundTask, BarePodApp, Kind, MetricsEmulator, PodTemplateExt, RESTARTED_AT, RevertMode, RevertingOperator, TestNs,
-    client, create, daemonset, deployment, pod_template, rollout_restart_patch, statefulset, wait_pod_memory,
-    wait_pod_replaced, wait_pods_ready, wait_rollout_complete,
+    BackgroundTask, BarePodApp, Kind, MetricsEmulator, PodTemplateExt, RESTARTED_AT, RevertMode,
+    RevertingOperator, TestNs, client, create, daemonset, deployment, pod_template,
+    rollout_restart_patch, statefulset, wait_pod_memory, wait_pod_replaced, wait_pods_ready,
+    wait_rollout_complete,
 };
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::Pod;
@@ -24,7 +25,15 @@ fn uids(pods: &[Pod]) -> Vec<String> {
 }
 
 fn template_annotation(d: &Deployment, key: &str) -> Option<String> {
-    d.spec.as_ref()?.template.metadata.as_ref()?.annotations.as_ref()?.get(key).cloned()
+    d.spec
+        .as_ref()?
+        .template
+        .metadata
+        .as_ref()?
+        .annotations
+        .as_ref()?
+        .get(key)
+        .cloned()
 }
 
 /// Creates a workload of `kind`, restarts it the way kubectl does and checks that the rollout
@@ -35,29 +44,66 @@ async fn restart_rolls_new_pods(kind: Kind) {
     let n = ns.name();
     let labels = [("app", "roll")];
     match kind {
-        Kind::Deployment => drop(create(&client, n, &deployment("roll", 2, &labels)).await.unwrap()),
-        Kind::StatefulSet => drop(create(&client, n, &statefulset("roll", 2, &labels)).await.unwrap()),
-        Kind::DaemonSet => drop(create(&client, n, &daemonset("roll", &labels)).await.unwrap()),
+        Kind::Deployment => drop(
+            create(&client, n, &deployment("roll", 2, &labels))
+                .await
+                .unwrap(),
+        ),
+        Kind::StatefulSet => drop(
+            create(&client, n, &statefulset("roll", 2, &labels))
+                .await
+                .unwrap(),
+        ),
+        Kind::DaemonSet => drop(
+            create(&client, n, &daemonset("roll", &labels))
+                .await
+                .unwrap(),
+        ),
     }
-    wait_rollout_complete(&client, kind, n, "roll", WAIT).await.expect("initial rollout");
+    wait_rollout_complete(&client, kind, n, "roll", WAIT)
+        .await
+        .expect("initial rollout");
     let count = match kind {
         Kind::DaemonSet => {
-            let ds = Api::<DaemonSet>::namespaced(client.clone(), n).get("roll").await.unwrap();
+            let ds = Api::<DaemonSet>::namespaced(client.clone(), n)
+                .get("roll")
+                .await
+                .unwrap();
             usize::try_from(ds.status.unwrap().desired_number_scheduled).unwrap()
         }
         _ => 2,
     };
-    assert!(count >= 1, "a DaemonSet must schedule on at least one hollow node");
-    let before = wait_pods_ready(&client, n, "app=roll", count, WAIT).await.expect("pods before");
+    assert!(
+        count >= 1,
+        "a DaemonSet must schedule on at least one hollow node"
+    );
+    let before = wait_pods_ready(&client, n, "app=roll", count, WAIT)
+        .await
+        .expect("pods before");
 
-    let value = rollout_restart_patch(&client, kind, n, "roll").await.expect("restart patch");
-    wait_rollout_complete(&client, kind, n, "roll", WAIT).await.expect("rollout after restart");
-    let after = wait_pods_ready(&client, n, "app=roll", count, WAIT).await.expect("pods after");
+    let value = rollout_restart_patch(&client, kind, n, "roll")
+        .await
+        .expect("restart patch");
+    wait_rollout_complete(&client, kind, n, "roll", WAIT)
+        .await
+        .expect("rollout after restart");
+    let after = wait_pods_ready(&client, n, "app=roll", count, WAIT)
+        .await
+        .expect("pods after");
 
     let old = uids(&before);
     for pod in &after {
-        assert!(!old.contains(&pod.uid().unwrap()), "pod {} survived the restart", pod.name_any());
-        assert_eq!(pod.annotations().get(RESTARTED_AT), Some(&value), "pod {} template", pod.name_any());
+        assert!(
+            !old.contains(&pod.uid().unwrap()),
+            "pod {} survived the restart",
+            pod.name_any()
+        );
+        assert_eq!(
+            pod.annotations().get(RESTARTED_AT),
+            Some(&value),
+            "pod {} template",
+            pod.name_any()
+        );
     }
 }
 
@@ -78,7 +124,15 @@ async fn restart_patch_rolls_a_daemonset() {
 
 /// The model the emulator promises, recomputed from what the PodMetrics object shows.
 fn expected_bytes(pod: &Pod, m: &PodMemory, base: u64, leak_per_minute: u64) -> u64 {
-    let start = pod.status.as_ref().unwrap().start_time.as_ref().unwrap().0.as_second();
+    let start = pod
+        .status
+        .as_ref()
+        .unwrap()
+        .start_time
+        .as_ref()
+        .unwrap()
+        .0
+        .as_second();
     let age = u64::try_from(m.timestamp.as_second() - start).unwrap();
     base + leak_per_minute * age / 60
 }
@@ -88,29 +142,51 @@ async fn pod_metrics_leak_and_drop_after_restart() {
     let client = client().await;
     let ns = TestNs::new(&client, "harness").await;
     let n = ns.name();
-    let emulator = MetricsEmulator::new(client.clone()).namespace(n).spawn().await.expect("emulator");
+    let emulator = MetricsEmulator::new(client.clone())
+        .namespace(n)
+        .spawn()
+        .await
+        .expect("emulator");
     let leaky = deployment("leaky", 1, &[("app", "leaky")]).with_memory("16Mi", "60Mi");
     create(&client, n, &leaky).await.unwrap();
-    wait_rollout_complete(&client, Kind::Deployment, n, "leaky", WAIT).await.unwrap();
-    let pod = wait_pods_ready(&client, n, "app=leaky", 1, WAIT).await.unwrap().remove(0);
+    wait_rollout_complete(&client, Kind::Deployment, n, "leaky", WAIT)
+        .await
+        .unwrap();
+    let pod = wait_pods_ready(&client, n, "app=leaky", 1, WAIT)
+        .await
+        .unwrap()
+        .remove(0);
     let name = pod.name_any();
 
-    let first = wait_pod_memory(&client, n, &name, WAIT, |m| m.is_some()).await.unwrap().unwrap();
-    let later = first.timestamp.as_second() + 2;
-    let second = wait_pod_memory(&client, n, &name, WAIT, |m| m.is_some_and(|m| m.timestamp.as_second() >= later))
+    let first = wait_pod_memory(&client, n, &name, WAIT, |m| m.is_some())
         .await
         .unwrap()
         .unwrap();
-    assert!(second.bytes > first.bytes, "no growth: {first:?} then {second:?}");
+    let later = first.timestamp.as_second() + 2;
+    let second = wait_pod_memory(&client, n, &name, WAIT, |m| {
+        m.is_some_and(|m| m.timestamp.as_second() >= later)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(
+        second.bytes > first.bytes,
+        "no growth: {first:?} then {second:?}"
+    );
     // Exact to the byte: 60Mi/min is 1Mi per second of pod age, plus 4Mi from no other container.
     assert_eq!(first.bytes, expected_bytes(&pod, &first, 16 * MI, 60 * MI));
-    assert_eq!(second.bytes, expected_bytes(&pod, &second, 16 * MI, 60 * MI));
+    assert_eq!(
+        second.bytes,
+        expected_bytes(&pod, &second, 16 * MI, 60 * MI)
+    );
     assert!(second.bytes - first.bytes >= 2 * MI);
 
     // Track the old pod's metrics to the end: its last value must exceed the new pod's first,
     // and its PodMetrics must disappear once the pod is gone.
     let old_last = std::sync::Mutex::new(second.clone());
-    rollout_restart_patch(&client, Kind::Deployment, n, "leaky").await.unwrap();
+    rollout_restart_patch(&client, Kind::Deployment, n, "leaky")
+        .await
+        .unwrap();
     let old_gone = wait_pod_memory(&client, n, &name, WAIT, |m| match m {
         Some(m) => {
             *old_last.lock().unwrap() = m.clone();
@@ -118,15 +194,30 @@ async fn pod_metrics_leak_and_drop_after_restart() {
         }
         None => true,
     });
-    let (gone, rolled) = tokio::join!(old_gone, wait_rollout_complete(&client, Kind::Deployment, n, "leaky", WAIT));
+    let (gone, rolled) = tokio::join!(
+        old_gone,
+        wait_rollout_complete(&client, Kind::Deployment, n, "leaky", WAIT)
+    );
     gone.expect("PodMetrics of the replaced pod deleted");
     rolled.expect("rollout after restart");
-    let new_pod = wait_pods_ready(&client, n, "app=leaky", 1, WAIT).await.unwrap().remove(0);
+    let new_pod = wait_pods_ready(&client, n, "app=leaky", 1, WAIT)
+        .await
+        .unwrap()
+        .remove(0);
     assert_ne!(new_pod.uid(), pod.uid());
-    let fresh = wait_pod_memory(&client, n, &new_pod.name_any(), WAIT, |m| m.is_some()).await.unwrap().unwrap();
+    let fresh = wait_pod_memory(&client, n, &new_pod.name_any(), WAIT, |m| m.is_some())
+        .await
+        .unwrap()
+        .unwrap();
     let old_last = old_last.into_inner().unwrap();
-    assert!(fresh.bytes < old_last.bytes, "no drop after restart: old {old_last:?}, new {fresh:?}");
-    assert_eq!(fresh.bytes, expected_bytes(&new_pod, &fresh, 16 * MI, 60 * MI));
+    assert!(
+        fresh.bytes < old_last.bytes,
+        "no drop after restart: old {old_last:?}, new {fresh:?}"
+    );
+    assert_eq!(
+        fresh.bytes,
+        expected_bytes(&new_pod, &fresh, 16 * MI, 60 * MI)
+    );
     assert!(emulator.is_running() && emulator.actions() >= 3);
 }
 
@@ -139,29 +230,54 @@ async fn restart_under_operator(
     mode: RevertMode,
     extra: bool,
 ) -> (Duration, Deployment, String, BackgroundTask) {
-    let d = deployment("vmcp", 1, &[("app", "vmcp")]).with_annotation("toolhive.stacklok.dev/hash", "abc");
-    let operator = RevertingOperator::spawn(client.clone(), ns, d, mode).await.expect("operator");
-    wait_rollout_complete(client, Kind::Deployment, ns, "vmcp", WAIT).await.unwrap();
+    let d = deployment("vmcp", 1, &[("app", "vmcp")])
+        .with_annotation("toolhive.stacklok.dev/hash", "abc");
+    let operator = RevertingOperator::spawn(client.clone(), ns, d, mode)
+        .await
+        .expect("operator");
+    wait_rollout_complete(client, Kind::Deployment, ns, "vmcp", WAIT)
+        .await
+        .unwrap();
     let api = Api::<Deployment>::namespaced(client.clone(), ns);
-    let value = rollout_restart_patch(client, Kind::Deployment, ns, "vmcp").await.unwrap();
+    let value = rollout_restart_patch(client, Kind::Deployment, ns, "vmcp")
+        .await
+        .unwrap();
     if extra {
         let body = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {"example.com/extra": "x"}}}}});
-        api.patch("vmcp", &PatchParams::default(), &Patch::Merge(&body)).await.unwrap();
+        api.patch("vmcp", &PatchParams::default(), &Patch::Merge(&body))
+            .await
+            .unwrap();
     }
     let started = Instant::now();
-    let key = if extra { "example.com/extra" } else { RESTARTED_AT };
-    let cond = move |d: Option<&Deployment>| d.is_some_and(|d| template_annotation(d, key).is_none());
-    let reverted = tokio::time::timeout(Duration::from_secs(30), await_condition(api, "vmcp", cond))
-        .await
-        .expect("operator reverted the template within 30s")
-        .unwrap()
-        .unwrap();
+    let key = if extra {
+        "example.com/extra"
+    } else {
+        RESTARTED_AT
+    };
+    let cond =
+        move |d: Option<&Deployment>| d.is_some_and(|d| template_annotation(d, key).is_none());
+    let reverted =
+        tokio::time::timeout(Duration::from_secs(30), await_condition(api, "vmcp", cond))
+            .await
+            .expect("operator reverted the template within 30s")
+            .unwrap()
+            .unwrap();
     let took = started.elapsed();
     eprintln!("{mode:?}: template reverted {took:?} after the patch");
     assert!(operator.actions() >= 1, "the operator made no write");
-    assert_eq!(template_annotation(&reverted, "toolhive.stacklok.dev/hash").as_deref(), Some("abc"));
-    let managers: Vec<_> = reverted.managed_fields().iter().filter_map(|m| m.manager.clone()).collect();
-    assert!(managers.iter().any(|m| m == "toolhive-operator"), "managedFields: {managers:?}");
+    assert_eq!(
+        template_annotation(&reverted, "toolhive.stacklok.dev/hash").as_deref(),
+        Some("abc")
+    );
+    let managers: Vec<_> = reverted
+        .managed_fields()
+        .iter()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(
+        managers.iter().any(|m| m == "toolhive-operator"),
+        "managedFields: {managers:?}"
+    );
     (took, reverted, value, operator)
 }
 
@@ -170,7 +286,10 @@ async fn strict_operator_reverts_restarted_at() {
     let client = client().await;
     let ns = TestNs::new(&client, "harness").await;
     let (took, ..) = restart_under_operator(&client, ns.name(), RevertMode::Strict, false).await;
-    assert!(took < Duration::from_secs(2), "restartedAt removed only after {took:?}");
+    assert!(
+        took < Duration::from_secs(2),
+        "restartedAt removed only after {took:?}"
+    );
 }
 
 #[tokio::test]
@@ -178,11 +297,22 @@ async fn fixed_operator_keeps_restarted_at() {
     let client = client().await;
     let ns = TestNs::new(&client, "harness").await;
     let n = ns.name();
-    let (took, reverted, value, _operator) = restart_under_operator(&client, n, RevertMode::KeepRestartedAt, true).await;
-    assert!(took < Duration::from_secs(2), "extra annotation removed only after {took:?}");
-    assert_eq!(template_annotation(&reverted, RESTARTED_AT), Some(value.clone()));
-    wait_rollout_complete(&client, Kind::Deployment, n, "vmcp", WAIT).await.unwrap();
-    let pods = wait_pods_ready(&client, n, "app=vmcp", 1, WAIT).await.unwrap();
+    let (took, reverted, value, _operator) =
+        restart_under_operator(&client, n, RevertMode::KeepRestartedAt, true).await;
+    assert!(
+        took < Duration::from_secs(2),
+        "extra annotation removed only after {took:?}"
+    );
+    assert_eq!(
+        template_annotation(&reverted, RESTARTED_AT),
+        Some(value.clone())
+    );
+    wait_rollout_complete(&client, Kind::Deployment, n, "vmcp", WAIT)
+        .await
+        .unwrap();
+    let pods = wait_pods_ready(&client, n, "app=vmcp", 1, WAIT)
+        .await
+        .unwrap();
     assert_eq!(pods[0].annotations().get(RESTARTED_AT), Some(&value));
 }
 
@@ -192,17 +322,41 @@ async fn bare_pod_app_recreates_a_deleted_pod() {
     let ns = TestNs::new(&client, "harness").await;
     let n = ns.name();
     let template = pod_template(&[("app", "mcpd")]).with_memory("32Mi", "10Mi");
-    let app = BarePodApp::spawn(client.clone(), n, "mcpd", 2, template).await.expect("app");
-    let pods = wait_pods_ready(&client, n, "app=mcpd", 2, WAIT).await.unwrap();
-    assert_eq!(pods.iter().map(|p| p.name_any()).collect::<Vec<_>>(), ["mcpd-0", "mcpd-1"]);
+    let app = BarePodApp::spawn(client.clone(), n, "mcpd", 2, template)
+        .await
+        .expect("app");
+    let pods = wait_pods_ready(&client, n, "app=mcpd", 2, WAIT)
+        .await
+        .unwrap();
+    assert_eq!(
+        pods.iter().map(|p| p.name_any()).collect::<Vec<_>>(),
+        ["mcpd-0", "mcpd-1"]
+    );
     assert!(pods.iter().all(|p| p.owner_references().is_empty()));
     let old_uid = pods[0].uid().unwrap();
 
-    Api::<Pod>::namespaced(client.clone(), n).delete("mcpd-0", &DeleteParams::default()).await.unwrap();
-    let replaced = wait_pod_replaced(&client, n, "mcpd-0", &old_uid, WAIT).await.expect("pod recreated");
+    Api::<Pod>::namespaced(client.clone(), n)
+        .delete("mcpd-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    let replaced = wait_pod_replaced(&client, n, "mcpd-0", &old_uid, WAIT)
+        .await
+        .expect("pod recreated");
     assert_ne!(replaced.uid().unwrap(), old_uid);
     assert!(replaced.owner_references().is_empty());
-    assert_eq!(replaced.annotations().get(bouncer_testkit::MEMORY_BASE).map(String::as_str), Some("32Mi"));
-    assert!(app.actions() >= 3, "2 creates plus 1 recreate, got {}", app.actions());
-    wait_pods_ready(&client, n, "app=mcpd", 2, WAIT).await.unwrap();
+    assert_eq!(
+        replaced
+            .annotations()
+            .get(bouncer_testkit::MEMORY_BASE)
+            .map(String::as_str),
+        Some("32Mi")
+    );
+    assert!(
+        app.actions() >= 3,
+        "2 creates plus 1 recreate, got {}",
+        app.actions()
+    );
+    wait_pods_ready(&client, n, "app=mcpd", 2, WAIT)
+        .await
+        .unwrap();
 }

@@ -26,6 +26,14 @@ pub struct Cluster {
     pub kubectl: PathBuf,
 }
 
+impl Cluster {
+    /// The directory of the cluster's binaries (kubectl among them), for tests that run other
+    /// tools with it first on PATH.
+    pub fn bin_dir(&self) -> &Path {
+        self.kubectl.parent().unwrap_or(Path::new(""))
+    }
+}
+
 /// The repository root, known at compile time because this crate lives inside it.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -43,7 +51,11 @@ pub fn target_dir() -> PathBuf {
     }
     std::env::current_exe()
         .ok()
-        .and_then(|exe| exe.ancestors().find(|d| d.join("CACHEDIR.TAG").is_file()).map(Path::to_path_buf))
+        .and_then(|exe| {
+            exe.ancestors()
+                .find(|d| d.join("CACHEDIR.TAG").is_file())
+                .map(Path::to_path_buf)
+        })
         .unwrap_or_else(|| repo_root().join("target"))
 }
 
@@ -67,7 +79,10 @@ fn start_cluster() -> Result<Cluster> {
         .filter(|p| p.is_file());
     if let Some(kc) = std::env::var_os("BOUNCER_TEST_KUBECONFIG") {
         let kubectl = built_kubectl.unwrap_or_else(|| PathBuf::from("kubectl"));
-        return Ok(Cluster { kubeconfig: PathBuf::from(kc), kubectl });
+        return Ok(Cluster {
+            kubeconfig: PathBuf::from(kc),
+            kubectl,
+        });
     }
     // stderr is inherited so a first-time build (minutes) shows its progress instead of hanging.
     let status = Command::new(&script)
@@ -87,13 +102,23 @@ fn start_cluster() -> Result<Cluster> {
         Some(k) => k,
         None => PathBuf::from(script_output(&script, "bin")?.trim()).join("kubectl"),
     };
-    Ok(Cluster { kubeconfig: PathBuf::from(kubeconfig.trim()), kubectl })
+    Ok(Cluster {
+        kubeconfig: PathBuf::from(kubeconfig.trim()),
+        kubectl,
+    })
 }
 
 fn script_output(script: &Path, arg: &str) -> Result<String> {
-    let out = Command::new(script).arg(arg).output().with_context(|| format!("running {} {arg}", script.display()))?;
+    let out = Command::new(script)
+        .arg(arg)
+        .output()
+        .with_context(|| format!("running {} {arg}", script.display()))?;
     if !out.status.success() {
-        bail!("{} {arg} failed: {}", script.display(), String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "{} {arg} failed: {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(String::from_utf8(out.stdout)?)
 }
@@ -135,7 +160,11 @@ impl TestNs {
     pub async fn new(client: &Client, area: &str) -> Self {
         let suffix: String = {
             let mut rng = rand::rng();
-            (0..6).map(|_| char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[rng.random_range(0..36)])).collect()
+            (0..6)
+                .map(|_| {
+                    char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[rng.random_range(0..36)])
+                })
+                .collect()
         };
         let name = format!("bt-{area}-{suffix}");
         let ns = Namespace {
@@ -162,9 +191,15 @@ impl TestNs {
         let usable = move |o: Option<&ServiceAccount>| {
             o.is_some_and(|sa| !needs_token || sa.secrets.as_ref().is_some_and(|s| !s.is_empty()))
         };
-        let ready = tokio::time::timeout(Duration::from_secs(60), await_condition(sa, "default", usable)).await;
+        let ready = tokio::time::timeout(
+            Duration::from_secs(60),
+            await_condition(sa, "default", usable),
+        )
+        .await;
         if !matches!(ready, Ok(Ok(_))) {
-            panic!("test setup: namespace {name} got no usable default ServiceAccount within 60s: {ready:?}");
+            panic!(
+                "test setup: namespace {name} got no usable default ServiceAccount within 60s: {ready:?}"
+            );
         }
         Self { name }
     }
@@ -184,10 +219,22 @@ impl TestNs {
                     annotations={.metadata.annotations}\n  owners={.metadata.ownerReferences[*].name}\n{end}";
         let pods = format!("jsonpath={pods}");
         let sections: [(&str, Vec<&str>); 4] = [
-            ("pods: name, uid, phase, start, annotations, owners", vec!["get", "pods", "-o", &pods]),
-            ("kubectl get all,events -o yaml", vec!["get", "all,events", "-o", "yaml"]),
-            ("kubectl get podmetrics -o yaml", vec!["get", "podmetrics.metrics.k8s.io", "-o", "yaml"]),
-            ("kubectl get controllerrevisions,replicasets -o wide", vec!["get", "controllerrevisions,replicasets", "-o", "wide"]),
+            (
+                "pods: name, uid, phase, start, annotations, owners",
+                vec!["get", "pods", "-o", &pods],
+            ),
+            (
+                "kubectl get all,events -o yaml",
+                vec!["get", "all,events", "-o", "yaml"],
+            ),
+            (
+                "kubectl get podmetrics -o yaml",
+                vec!["get", "podmetrics.metrics.k8s.io", "-o", "yaml"],
+            ),
+            (
+                "kubectl get controllerrevisions,replicasets -o wide",
+                vec!["get", "controllerrevisions,replicasets", "-o", "wide"],
+            ),
         ];
         let mut text = format!("# dump of namespace {ns}\n");
         for (title, args) in sections {
@@ -220,7 +267,9 @@ impl Drop for TestNs {
             eprintln!("namespace {} kept (BOUNCER_TEST_KEEP=1)", self.name);
             return;
         }
-        let out = kubectl().args(["delete", "namespace", &self.name, "--wait=false"]).output();
+        let out = kubectl()
+            .args(["delete", "namespace", &self.name, "--wait=false"])
+            .output();
         if let Err(e) = out {
             eprintln!("deleting namespace {}: {e}", self.name);
         }

@@ -12,8 +12,8 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Map, Value, json};
 use tokio::time::MissedTickBehavior;
@@ -44,10 +44,18 @@ impl RevertingOperator {
     /// Creates `deployment` in `ns` as `toolhive-operator` (or adopts an existing one of that
     /// name), takes its template annotations as the desired set, and reconciles on every change.
     /// `actions()` of the handle counts reverts.
-    pub async fn spawn(client: Client, ns: &str, deployment: Deployment, mode: RevertMode) -> Result<BackgroundTask> {
+    pub async fn spawn(
+        client: Client,
+        ns: &str,
+        deployment: Deployment,
+        mode: RevertMode,
+    ) -> Result<BackgroundTask> {
         let api = Api::<Deployment>::namespaced(client, ns);
         let name = deployment.name_any();
-        let params = PostParams { field_manager: Some(TOOLHIVE_MANAGER.into()), ..Default::default() };
+        let params = PostParams {
+            field_manager: Some(TOOLHIVE_MANAGER.into()),
+            ..Default::default()
+        };
         match api.create(&params, &deployment).await {
             Ok(_) => {}
             Err(e) if is_conflict(&e) => {}
@@ -58,7 +66,11 @@ impl RevertingOperator {
         let counter = actions.clone();
         Ok(BackgroundTask::spawn(actions, async move {
             let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-            let mut events = std::pin::pin!(watcher::watcher(api.clone(), config).default_backoff().applied_objects());
+            let mut events = std::pin::pin!(
+                watcher::watcher(api.clone(), config)
+                    .default_backoff()
+                    .applied_objects()
+            );
             let mut tick = tokio::time::interval(RESYNC);
             tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
             loop {
@@ -71,8 +83,14 @@ impl RevertingOperator {
                     _ = tick.tick() => api.get_opt(&name).await.ok().flatten(),
                 };
                 let Some(current) = current else { continue };
-                let Some(patch) = revert_patch(&template_annotations(&current), &desired, mode) else { continue };
-                let params = PatchParams { field_manager: Some(TOOLHIVE_MANAGER.into()), ..Default::default() };
+                let Some(patch) = revert_patch(&template_annotations(&current), &desired, mode)
+                else {
+                    continue;
+                };
+                let params = PatchParams {
+                    field_manager: Some(TOOLHIVE_MANAGER.into()),
+                    ..Default::default()
+                };
                 match api.patch(&name, &params, &Patch::Merge(&patch)).await {
                     Ok(_) => count(&counter),
                     Err(e) => tracing::warn!("reverting operator: patching {name}: {e}"),
@@ -92,7 +110,11 @@ fn template_annotations(d: &Deployment) -> BTreeMap<String, String> {
 
 /// The JSON merge patch that brings `current` back to `desired` (`null` deletes a key), or
 /// `None` when nothing needs changing.
-pub fn revert_patch(current: &BTreeMap<String, String>, desired: &BTreeMap<String, String>, mode: RevertMode) -> Option<Value> {
+pub fn revert_patch(
+    current: &BTreeMap<String, String>,
+    desired: &BTreeMap<String, String>,
+    mode: RevertMode,
+) -> Option<Value> {
     let mut target = desired.clone();
     if mode == RevertMode::KeepRestartedAt
         && let Some(v) = current.get(RESTARTED_AT)
@@ -132,7 +154,10 @@ impl BarePodApp {
             metadata: ObjectMeta {
                 name: Some(name.to_string()),
                 labels: template.metadata.as_ref().and_then(|m| m.labels.clone()),
-                annotations: template.metadata.as_ref().and_then(|m| m.annotations.clone()),
+                annotations: template
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| m.annotations.clone()),
                 ..Default::default()
             },
             spec: template.spec.clone(),
@@ -141,7 +166,10 @@ impl BarePodApp {
         let selector = selector_string(make("").labels());
         let actions = Arc::new(AtomicUsize::new(0));
         let counter = actions.clone();
-        let params = PostParams { field_manager: Some(MCPD_MANAGER.into()), ..Default::default() };
+        let params = PostParams {
+            field_manager: Some(MCPD_MANAGER.into()),
+            ..Default::default()
+        };
         // A fresh namespace can refuse pods for a moment (on servers before 1.24 until the
         // apiserver's cache has the service account token), so the first creates retry briefly.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
@@ -162,7 +190,8 @@ impl BarePodApp {
         }
         Ok(BackgroundTask::spawn(actions, async move {
             let config = watcher::Config::default().labels(&selector);
-            let mut events = std::pin::pin!(watcher::watcher(api.clone(), config).default_backoff());
+            let mut events =
+                std::pin::pin!(watcher::watcher(api.clone(), config).default_backoff());
             let mut present: BTreeSet<String> = BTreeSet::new();
             let mut listed: BTreeSet<String> = BTreeSet::new();
             let mut ready = false;
@@ -185,7 +214,8 @@ impl BarePodApp {
                 if !ready {
                     continue;
                 }
-                let missing: Vec<&String> = names.iter().filter(|n| !present.contains(*n)).collect();
+                let missing: Vec<&String> =
+                    names.iter().filter(|n| !present.contains(*n)).collect();
                 for name in missing {
                     match api.create(&params, &make(name)).await {
                         Ok(_) => {
@@ -206,7 +236,9 @@ mod tests {
     use super::*;
 
     fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -214,7 +246,10 @@ mod tests {
         let desired = map(&[("hash", "1")]);
         let current = map(&[("hash", "2"), (RESTARTED_AT, "t")]);
         let patch = revert_patch(&current, &desired, RevertMode::Strict).unwrap();
-        assert_eq!(patch["spec"]["template"]["metadata"]["annotations"], json!({"hash": "1", RESTARTED_AT: null}));
+        assert_eq!(
+            patch["spec"]["template"]["metadata"]["annotations"],
+            json!({"hash": "1", RESTARTED_AT: null})
+        );
         assert_eq!(revert_patch(&desired, &desired, RevertMode::Strict), None);
     }
 
@@ -222,9 +257,15 @@ mod tests {
     fn keep_mode_keeps_restarted_at_only() {
         let desired = map(&[("hash", "1")]);
         let current = map(&[("hash", "1"), (RESTARTED_AT, "t")]);
-        assert_eq!(revert_patch(&current, &desired, RevertMode::KeepRestartedAt), None);
+        assert_eq!(
+            revert_patch(&current, &desired, RevertMode::KeepRestartedAt),
+            None
+        );
         let extra = map(&[("hash", "1"), (RESTARTED_AT, "t"), ("other", "x")]);
         let patch = revert_patch(&extra, &desired, RevertMode::KeepRestartedAt).unwrap();
-        assert_eq!(patch["spec"]["template"]["metadata"]["annotations"], json!({"other": null}));
+        assert_eq!(
+            patch["spec"]["template"]["metadata"]["annotations"],
+            json!({"other": null})
+        );
     }
 }

@@ -19,6 +19,30 @@
 //!
 //! Tests should fail by panicking (`expect`, `assert!`), not by returning `Err`: [`TestNs`] dumps
 //! its namespace only when it is dropped during a panic.
+//!
+//! A typical integration test (in `tests/it/<area>.rs`):
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use bouncer_testkit::{Kind, MetricsEmulator, PodTemplateExt, TestNs, client, create, deployment};
+//! use bouncer_testkit::{rollout_restart_patch, wait_pod_memory, wait_pods_ready, wait_rollout_complete};
+//!
+//! # async fn example() {
+//! let client = client().await; // starts or reuses the cluster
+//! let ns = TestNs::new(&client, "example").await; // declared first, so dropped last
+//! let _metrics = MetricsEmulator::new(client.clone()).namespace(ns.name()).spawn().await.unwrap();
+//! let web = deployment("web", 2, &[("app", "web")]).with_memory("64Mi", "30Mi");
+//! create(&client, ns.name(), &web).await.unwrap();
+//! let wait = Duration::from_secs(180);
+//! wait_rollout_complete(&client, Kind::Deployment, ns.name(), "web", wait).await.unwrap();
+//! let pods = wait_pods_ready(&client, ns.name(), "app=web", 2, wait).await.unwrap();
+//! let name = pods[0].metadata.name.as_deref().unwrap();
+//! let memory = wait_pod_memory(&client, ns.name(), name, wait, |m| m.is_some()).await.unwrap();
+//! rollout_restart_patch(&client, Kind::Deployment, ns.name(), "web").await.unwrap();
+//! wait_rollout_complete(&client, Kind::Deployment, ns.name(), "web", wait).await.unwrap();
+//! # let _ = memory;
+//! # }
+//! ```
 
 pub mod cluster;
 pub mod fixtures;
@@ -28,7 +52,9 @@ pub mod workloads;
 
 pub use cluster::{Cluster, TestNs, client, cluster, kubectl};
 pub use fixtures::{BarePodApp, RevertMode, RevertingOperator};
-pub use metrics::{MetricsEmulator, install_metrics_crd, parse_quantity, pod_memory, wait_pod_memory};
+pub use metrics::{
+    MetricsEmulator, PodMemory, install_metrics_crd, parse_quantity, pod_memory, wait_pod_memory,
+};
 pub use rollout::{
     Kind, rollout_restart_patch, wait_pod_replaced, wait_pods_ready, wait_rollout_complete,
 };
@@ -66,7 +92,10 @@ impl BackgroundTask {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        Self { handle: tokio::spawn(fut), actions }
+        Self {
+            handle: tokio::spawn(fut),
+            actions,
+        }
     }
 
     /// How many corrective writes the task made (reverts, recreated pods, PodMetrics writes).
@@ -93,7 +122,11 @@ pub(crate) fn count(actions: &AtomicUsize) {
 
 /// `k=v,k2=v2` label selector for a label map, as kubectl -l takes it.
 pub fn selector_string<'a>(labels: impl IntoIterator<Item = (&'a String, &'a String)>) -> String {
-    labels.into_iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+    labels
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// True for the kube error the API server returns when the object already exists.

@@ -24,7 +24,12 @@ Uses KUBECONFIG like kubectl (e.g. after: eval \"$(scripts/cluster env)\").";
 async fn main() -> ExitCode {
     tracing_subscriber_init();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+    let result = match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         ["metrics"] => metrics(None).await,
         ["metrics", "--namespace" | "-n", ns] => metrics(Some(ns)).await,
         ["demo-setup"] => demo_setup().await,
@@ -48,12 +53,18 @@ async fn main() -> ExitCode {
 
 /// Warnings from the emulator go to stderr; `RUST_LOG` raises the level.
 fn tracing_subscriber_init() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 async fn client() -> Result<Client> {
-    Client::try_default().await.context("connecting to the cluster (is KUBECONFIG set?)")
+    Client::try_default()
+        .await
+        .context("connecting to the cluster (is KUBECONFIG set?)")
 }
 
 async fn metrics(ns: Option<&str>) -> Result<()> {
@@ -61,7 +72,10 @@ async fn metrics(ns: Option<&str>) -> Result<()> {
     if let Some(ns) = ns {
         emulator = emulator.namespace(ns);
     }
-    eprintln!("writing PodMetrics for running pods in {} every second (Ctrl-C stops)", ns.unwrap_or("all namespaces"));
+    eprintln!(
+        "writing PodMetrics for running pods in {} every second (Ctrl-C stops)",
+        ns.unwrap_or("all namespaces")
+    );
     tokio::select! {
         r = emulator.run() => r,
         _ = tokio::signal::ctrl_c() => Ok(()),
@@ -73,32 +87,50 @@ async fn demo_setup() -> Result<()> {
     install_metrics_crd(&client).await?;
     println!("PodMetrics CRD installed (metrics.k8s.io/v1beta1 pods)");
     for ns in ["toolhive-system", "toolhive", "shop"] {
-        let obj = Namespace { metadata: ObjectMeta { name: Some(ns.into()), ..Default::default() }, ..Default::default() };
-        report(Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &obj).await, "namespace", ns)?;
+        let obj = Namespace {
+            metadata: ObjectMeta {
+                name: Some(ns.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        report(
+            Api::<Namespace>::all(client.clone())
+                .create(&PostParams::default(), &obj)
+                .await,
+            "namespace",
+            ns,
+        )?;
     }
 
-    // vMCP: 2 replicas leaking 40Mi/min against a 2Gi limit, so only a schedule or an absolute
-    // threshold bounces it during a demo.
-    let mut vmcp = virtual_mcp_server("vmcp-main").with_memory("96Mi", "40Mi");
+    // The demo waits about a minute before `bouncer run`; the figures below put the vMCP and
+    // fetch's backend over the example policies' thresholds by then, and nothing else.
+    // vMCP: 2 replicas starting at 1500Mi and leaking 40Mi/min: past `above: 1536Mi` in a minute.
+    let mut vmcp = virtual_mcp_server("vmcp-main").with_memory("1500Mi", "40Mi");
     if let Some(spec) = vmcp.spec.as_mut() {
         spec.replicas = Some(2);
     }
     create(&client, "toolhive-system", &vmcp).await?;
 
-    // github leaks slowly; fetch's backend passes 85% of its 512Mi limit (435Mi) about three
-    // minutes after it starts, which is what a percentOfLimit policy demo needs.
+    // github leaks slowly; fetch's backend passes 85% of its 512Mi limit (435Mi) about a minute
+    // after it starts, which is what the percentOfLimit example needs.
     let github = mcp_server("github").with_memory("48Mi", "2Mi");
     let fetch = mcp_server("fetch");
     let fetch = McpServer {
         proxy: fetch.proxy.with_memory("32Mi", "1Mi"),
-        backend: fetch.backend.with_memory("32Mi", "150Mi").with_memory_limit(Some("512Mi")),
+        backend: fetch
+            .backend
+            .with_memory("32Mi", "420Mi")
+            .with_memory_limit(Some("512Mi")),
     };
     for server in [&github, &fetch] {
         create(&client, "toolhive", &server.proxy).await?;
         create(&client, "toolhive", &server.backend).await?;
     }
 
-    let api = deployment("leaky-api", 3, &[("app", "leaky-api")]).with_memory("64Mi", "20Mi").with_memory_limit(Some("1Gi"));
+    let api = deployment("leaky-api", 3, &[("app", "leaky-api")])
+        .with_memory("64Mi", "20Mi")
+        .with_memory_limit(Some("1Gi"));
     create(&client, "shop", &api).await?;
     println!("\nnext: bouncer-testkit metrics   (keeps PodMetrics in step with the pods)");
     Ok(())
@@ -125,7 +157,11 @@ where
 {
     let api = Api::<K>::namespaced(client.clone(), ns);
     let what = format!("{} {ns}/{}", K::kind(&()).to_lowercase(), obj.name_any());
-    report(api.create(&PostParams::default(), obj).await, &what, &obj.pod_labels())
+    report(
+        api.create(&PostParams::default(), obj).await,
+        &what,
+        &obj.pod_labels(),
+    )
 }
 
 /// The pod labels of a workload, printed so a reader can match them against the policies.

@@ -11,14 +11,19 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::time::MissedTickBehavior;
 
-use crate::{BackgroundTask, MEMORY_BASE, MEMORY_CONTAINER, MEMORY_LEAK_PER_MINUTE, count, is_conflict, is_not_found};
+use crate::{
+    BackgroundTask, MEMORY_BASE, MEMORY_CONTAINER, MEMORY_LEAK_PER_MINUTE, count, is_conflict,
+    is_not_found,
+};
 
 const CRD_NAME: &str = "pods.metrics.k8s.io";
 const FIELD_MANAGER: &str = "bouncer-metrics-emulator";
@@ -64,9 +69,12 @@ pub async fn install_metrics_crd(client: &Client) -> Result<()> {
         Err(e) if is_conflict(&e) => {}
         Err(e) => return Err(e).context("creating the PodMetrics CRD"),
     }
-    tokio::time::timeout(Duration::from_secs(60), await_condition(crds, CRD_NAME, conditions::is_crd_established()))
-        .await
-        .context("PodMetrics CRD not established within 60s")??;
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(crds, CRD_NAME, conditions::is_crd_established()),
+    )
+    .await
+    .context("PodMetrics CRD not established within 60s")??;
     // Established comes slightly before the handler serves the URL; discovery has no watch.
     let metrics = Api::<DynamicObject>::all_with(client.clone(), &pod_metrics_resource());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -85,7 +93,9 @@ pub async fn install_metrics_crd(client: &Client) -> Result<()> {
 /// rounding down: memory is counted in bytes.
 pub fn parse_quantity(q: &str) -> Result<u64> {
     let q = q.trim();
-    let split = q.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(q.len());
+    let split = q
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(q.len());
     let (num, suffix) = q.split_at(split);
     let (mul, div): (u128, u128) = match suffix {
         "" => (1, 1),
@@ -105,8 +115,15 @@ pub fn parse_quantity(q: &str) -> Result<u64> {
         "P" => (1_000_000_000_000_000, 1),
         "E" => (1_000_000_000_000_000_000, 1),
         s if s.starts_with(['e', 'E']) => {
-            let exp: u32 = s[1..].parse().map_err(|_| anyhow!("bad exponent in quantity {q:?}"))?;
-            (10u128.checked_pow(exp).ok_or_else(|| anyhow!("quantity {q:?} too large"))?, 1)
+            let exp: u32 = s[1..]
+                .parse()
+                .map_err(|_| anyhow!("bad exponent in quantity {q:?}"))?;
+            (
+                10u128
+                    .checked_pow(exp)
+                    .ok_or_else(|| anyhow!("quantity {q:?} too large"))?,
+                1,
+            )
         }
         _ => bail!("unknown suffix {suffix:?} in quantity {q:?}"),
     };
@@ -114,7 +131,9 @@ pub fn parse_quantity(q: &str) -> Result<u64> {
     if int.is_empty() && frac.is_empty() {
         bail!("no number in quantity {q:?}");
     }
-    let digits: u128 = format!("{int}{frac}").parse().map_err(|_| anyhow!("bad number in quantity {q:?}"))?;
+    let digits: u128 = format!("{int}{frac}")
+        .parse()
+        .map_err(|_| anyhow!("bad number in quantity {q:?}"))?;
     let scale = 10u128.pow(u32::try_from(frac.len())?);
     u64::try_from(digits * mul / (scale * div)).map_err(|_| anyhow!("quantity {q:?} too large"))
 }
@@ -126,11 +145,15 @@ pub fn parse_quantity(q: &str) -> Result<u64> {
 /// whole seconds (the resolution of `status.startTime` and of the written timestamp), so the
 /// value can be recomputed exactly from what the PodMetrics object shows.
 pub fn model_usage(pod: &Pod, now: Timestamp) -> Result<Option<Vec<(String, u64)>>> {
-    let Some(status) = &pod.status else { return Ok(None) };
+    let Some(status) = &pod.status else {
+        return Ok(None);
+    };
     if status.phase.as_deref() != Some("Running") {
         return Ok(None);
     }
-    let Some(start) = &status.start_time else { return Ok(None) };
+    let Some(start) = &status.start_time else {
+        return Ok(None);
+    };
     let annotations = pod.annotations();
     let quantity = |key: &str, default: u64| match annotations.get(key) {
         Some(v) => parse_quantity(v).with_context(|| format!("annotation {key}")),
@@ -138,7 +161,12 @@ pub fn model_usage(pod: &Pod, now: Timestamp) -> Result<Option<Vec<(String, u64)
     };
     let base = quantity(MEMORY_BASE, DEFAULT_BASE)?;
     let leak = quantity(MEMORY_LEAK_PER_MINUTE, 0)?;
-    let names: Vec<&str> = pod.spec.iter().flat_map(|s| &s.containers).map(|c| c.name.as_str()).collect();
+    let names: Vec<&str> = pod
+        .spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .map(|c| c.name.as_str())
+        .collect();
     let carrier = match annotations.get(MEMORY_CONTAINER) {
         Some(c) if names.contains(&c.as_str()) => c.as_str(),
         Some(c) => bail!("annotation {MEMORY_CONTAINER} names {c:?}, not a container of the pod"),
@@ -148,7 +176,16 @@ pub fn model_usage(pod: &Pod, now: Timestamp) -> Result<Option<Vec<(String, u64)
     let modelled = u64::try_from(u128::from(base) + u128::from(leak) * age / 60)?;
     let usage = names
         .iter()
-        .map(|n| (n.to_string(), if *n == carrier { modelled } else { OTHER_CONTAINER }))
+        .map(|n| {
+            (
+                n.to_string(),
+                if *n == carrier {
+                    modelled
+                } else {
+                    OTHER_CONTAINER
+                },
+            )
+        })
         .collect();
     Ok(Some(usage))
 }
@@ -163,14 +200,28 @@ pub struct PodMemory {
 }
 
 fn read_pod_memory(obj: &DynamicObject) -> Result<PodMemory> {
-    let timestamp = obj.data["timestamp"].as_str().context("PodMetrics without timestamp")?.parse()?;
+    let timestamp = obj.data["timestamp"]
+        .as_str()
+        .context("PodMetrics without timestamp")?
+        .parse()?;
     let mut containers = Vec::new();
-    for c in obj.data["containers"].as_array().context("PodMetrics without containers")? {
+    for c in obj.data["containers"]
+        .as_array()
+        .context("PodMetrics without containers")?
+    {
         let name = c["name"].as_str().unwrap_or_default().to_string();
-        let memory = parse_quantity(c["usage"]["memory"].as_str().context("container without usage.memory")?)?;
+        let memory = parse_quantity(
+            c["usage"]["memory"]
+                .as_str()
+                .context("container without usage.memory")?,
+        )?;
         containers.push((name, memory));
     }
-    Ok(PodMemory { bytes: containers.iter().map(|(_, m)| m).sum(), timestamp, containers })
+    Ok(PodMemory {
+        bytes: containers.iter().map(|(_, m)| m).sum(),
+        timestamp,
+        containers,
+    })
 }
 
 /// The pod's current PodMetrics, or `None` when there are none.
@@ -206,7 +257,9 @@ pub async fn wait_pod_memory(
     };
     match tokio::time::timeout(timeout, wait).await {
         Ok(r) => r,
-        Err(_) => bail!("PodMetrics {ns}/{pod}: condition not met within {timeout:?}; last seen {last:?}"),
+        Err(_) => {
+            bail!("PodMetrics {ns}/{pod}: condition not met within {timeout:?}; last seen {last:?}")
+        }
     }
 }
 
@@ -222,7 +275,11 @@ pub struct MetricsEmulator {
 impl MetricsEmulator {
     /// An emulator for every namespace, refreshing every second.
     pub fn new(client: Client) -> Self {
-        Self { client, namespace: None, interval: Duration::from_secs(1) }
+        Self {
+            client,
+            namespace: None,
+            interval: Duration::from_secs(1),
+        }
     }
 
     /// Limits the emulator to one namespace, so parallel tests never touch each other's metrics.
@@ -306,8 +363,14 @@ impl MetricsEmulator {
         }
     }
 
-    async fn sync_once(&self, pods: &[Arc<Pod>], written: &mut HashSet<(String, String)>, actions: &AtomicUsize) {
-        let now = Timestamp::from_second(Timestamp::now().as_second()).expect("now is a valid timestamp");
+    async fn sync_once(
+        &self,
+        pods: &[Arc<Pod>],
+        written: &mut HashSet<(String, String)>,
+        actions: &AtomicUsize,
+    ) {
+        let now =
+            Timestamp::from_second(Timestamp::now().as_second()).expect("now is a valid timestamp");
         let mut live = HashSet::new();
         for pod in pods {
             let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
@@ -333,7 +396,11 @@ impl MetricsEmulator {
                 "containers": containers,
             });
             let params = PatchParams::apply(FIELD_MANAGER).force();
-            match self.metrics_api(Some(&ns)).patch(&name, &params, &Patch::Apply(&body)).await {
+            match self
+                .metrics_api(Some(&ns))
+                .patch(&name, &params, &Patch::Apply(&body))
+                .await
+            {
                 Ok(_) => count(actions),
                 // A namespace being deleted refuses writes; its pods are about to go anyway.
                 Err(e) => tracing::debug!("metrics emulator: writing PodMetrics {ns}/{name}: {e}"),
@@ -342,7 +409,11 @@ impl MetricsEmulator {
         }
         let stale: Vec<_> = written.difference(&live).cloned().collect();
         for (ns, name) in stale {
-            match self.metrics_api(Some(&ns)).delete(&name, &DeleteParams::default()).await {
+            match self
+                .metrics_api(Some(&ns))
+                .delete(&name, &DeleteParams::default())
+                .await
+            {
                 Ok(_) => {
                     count(actions);
                     written.remove(&(ns, name));
@@ -384,19 +455,39 @@ mod tests {
 
     #[test]
     fn leak_grows_with_age_to_the_byte() {
-        let p = pod(&[(MEMORY_LEAK_PER_MINUTE, "60Mi")], "2025-01-01T00:00:00Z", "Running");
+        let p = pod(
+            &[(MEMORY_LEAK_PER_MINUTE, "60Mi")],
+            "2025-01-01T00:00:00Z",
+            "Running",
+        );
         let at = |s: &str| model_usage(&p, s.parse().unwrap()).unwrap().unwrap();
-        assert_eq!(at("2025-01-01T00:00:00Z"), vec![("app".into(), 16 << 20), ("sidecar".into(), 4 << 20)]);
+        assert_eq!(
+            at("2025-01-01T00:00:00Z"),
+            vec![("app".into(), 16 << 20), ("sidecar".into(), 4 << 20)]
+        );
         assert_eq!(at("2025-01-01T00:00:02Z")[0].1, (16 << 20) + (2 << 20));
         assert_eq!(at("2025-01-01T00:00:01Z")[0].1, (16 << 20) + (1 << 20));
     }
 
     #[test]
     fn named_container_carries_the_model() {
-        let p = pod(&[(MEMORY_BASE, "100Mi"), (MEMORY_CONTAINER, "sidecar")], "2025-01-01T00:00:00Z", "Running");
-        let usage = model_usage(&p, "2025-01-01T01:00:00Z".parse().unwrap()).unwrap().unwrap();
-        assert_eq!(usage, vec![("app".into(), 4 << 20), ("sidecar".into(), 100 << 20)]);
-        let bad = pod(&[(MEMORY_CONTAINER, "nope")], "2025-01-01T00:00:00Z", "Running");
+        let p = pod(
+            &[(MEMORY_BASE, "100Mi"), (MEMORY_CONTAINER, "sidecar")],
+            "2025-01-01T00:00:00Z",
+            "Running",
+        );
+        let usage = model_usage(&p, "2025-01-01T01:00:00Z".parse().unwrap())
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            usage,
+            vec![("app".into(), 4 << 20), ("sidecar".into(), 100 << 20)]
+        );
+        let bad = pod(
+            &[(MEMORY_CONTAINER, "nope")],
+            "2025-01-01T00:00:00Z",
+            "Running",
+        );
         assert!(model_usage(&bad, Timestamp::now()).is_err());
     }
 

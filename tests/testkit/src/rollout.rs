@@ -33,15 +33,35 @@ const KUBECTL_ROLLOUT: &str = "kubectl-rollout";
 /// Does what `kubectl rollout restart` does: a strategic merge patch setting the template's
 /// `kubectl.kubernetes.io/restartedAt` to now (RFC3339, seconds), field manager
 /// `kubectl-rollout`. Returns the value written.
-pub async fn rollout_restart_patch(client: &Client, kind: Kind, ns: &str, name: &str) -> Result<String> {
+pub async fn rollout_restart_patch(
+    client: &Client,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+) -> Result<String> {
     let now = Timestamp::from_second(Timestamp::now().as_second())?.to_string();
     let body = json!({"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: now}}}}});
-    let params = PatchParams { field_manager: Some(KUBECTL_ROLLOUT.into()), ..Default::default() };
+    let params = PatchParams {
+        field_manager: Some(KUBECTL_ROLLOUT.into()),
+        ..Default::default()
+    };
     let patch = Patch::Strategic(&body);
     match kind {
-        Kind::Deployment => drop(Api::<Deployment>::namespaced(client.clone(), ns).patch(name, &params, &patch).await?),
-        Kind::StatefulSet => drop(Api::<StatefulSet>::namespaced(client.clone(), ns).patch(name, &params, &patch).await?),
-        Kind::DaemonSet => drop(Api::<DaemonSet>::namespaced(client.clone(), ns).patch(name, &params, &patch).await?),
+        Kind::Deployment => drop(
+            Api::<Deployment>::namespaced(client.clone(), ns)
+                .patch(name, &params, &patch)
+                .await?,
+        ),
+        Kind::StatefulSet => drop(
+            Api::<StatefulSet>::namespaced(client.clone(), ns)
+                .patch(name, &params, &patch)
+                .await?,
+        ),
+        Kind::DaemonSet => drop(
+            Api::<DaemonSet>::namespaced(client.clone(), ns)
+                .patch(name, &params, &patch)
+                .await?,
+        ),
     }
     Ok(now)
 }
@@ -58,24 +78,36 @@ pub enum Progress {
 pub fn deployment_progress(d: &Deployment) -> Result<Progress, String> {
     let status = d.status.clone().unwrap_or_default();
     if d.metadata.generation.unwrap_or(0) > status.observed_generation.unwrap_or(0) {
-        return Ok(Progress::Waiting("waiting for deployment spec update to be observed".into()));
+        return Ok(Progress::Waiting(
+            "waiting for deployment spec update to be observed".into(),
+        ));
     }
     let deadline = status.conditions.iter().flatten().any(|c| {
         c.type_ == "Progressing" && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
     });
     if deadline {
-        return Err(format!("deployment {:?} exceeded its progress deadline", d.name_any()));
+        return Err(format!(
+            "deployment {:?} exceeded its progress deadline",
+            d.name_any()
+        ));
     }
     let desired = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let updated = status.updated_replicas.unwrap_or(0);
     let replicas = status.replicas.unwrap_or(0);
     let available = status.available_replicas.unwrap_or(0);
     Ok(if updated < desired {
-        Progress::Waiting(format!("{updated} out of {desired} new replicas have been updated"))
+        Progress::Waiting(format!(
+            "{updated} out of {desired} new replicas have been updated"
+        ))
     } else if replicas > updated {
-        Progress::Waiting(format!("{} old replicas are pending termination", replicas - updated))
+        Progress::Waiting(format!(
+            "{} old replicas are pending termination",
+            replicas - updated
+        ))
     } else if available < updated {
-        Progress::Waiting(format!("{available} of {updated} updated replicas are available"))
+        Progress::Waiting(format!(
+            "{available} of {updated} updated replicas are available"
+        ))
     } else {
         Progress::Done
     })
@@ -85,24 +117,38 @@ pub fn deployment_progress(d: &Deployment) -> Result<Progress, String> {
 pub fn statefulset_progress(s: &StatefulSet) -> Result<Progress, String> {
     let spec = s.spec.clone().unwrap_or_default();
     let strategy = spec.update_strategy.clone().unwrap_or_default();
-    if strategy.type_.as_deref().is_some_and(|t| t != "RollingUpdate") {
+    if strategy
+        .type_
+        .as_deref()
+        .is_some_and(|t| t != "RollingUpdate")
+    {
         return Err("rollout status is only available for RollingUpdate strategy type".into());
     }
     let status = s.status.clone().unwrap_or_default();
     let observed = status.observed_generation.unwrap_or(0);
     if observed == 0 || s.metadata.generation.unwrap_or(0) > observed {
-        return Ok(Progress::Waiting("waiting for statefulset spec update to be observed".into()));
+        return Ok(Progress::Waiting(
+            "waiting for statefulset spec update to be observed".into(),
+        ));
     }
     let replicas = spec.replicas.unwrap_or(1);
     let ready = status.ready_replicas.unwrap_or(0);
     if ready < replicas {
-        return Ok(Progress::Waiting(format!("{ready} of {replicas} pods ready")));
+        return Ok(Progress::Waiting(format!(
+            "{ready} of {replicas} pods ready"
+        )));
     }
-    let partition = strategy.rolling_update.and_then(|r| r.partition).unwrap_or(0);
+    let partition = strategy
+        .rolling_update
+        .and_then(|r| r.partition)
+        .unwrap_or(0);
     if partition > 0 {
         let updated = status.updated_replicas.unwrap_or(0);
         return Ok(if updated < replicas - partition {
-            Progress::Waiting(format!("{updated} of {} partitioned pods updated", replicas - partition))
+            Progress::Waiting(format!(
+                "{updated} of {} partitioned pods updated",
+                replicas - partition
+            ))
         } else {
             Progress::Done
         });
@@ -120,32 +166,54 @@ pub fn statefulset_progress(s: &StatefulSet) -> Result<Progress, String> {
 
 /// kubectl's DaemonSetStatusViewer.
 pub fn daemonset_progress(d: &DaemonSet) -> Result<Progress, String> {
-    let strategy = d.spec.as_ref().and_then(|s| s.update_strategy.as_ref()).and_then(|u| u.type_.as_deref());
+    let strategy = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.update_strategy.as_ref())
+        .and_then(|u| u.type_.as_deref());
     if strategy.is_some_and(|t| t != "RollingUpdate") {
         return Err("rollout status is only available for RollingUpdate strategy type".into());
     }
     let status = d.status.clone().unwrap_or_default();
     if d.metadata.generation.unwrap_or(0) > status.observed_generation.unwrap_or(0) {
-        return Ok(Progress::Waiting("waiting for daemon set spec update to be observed".into()));
+        return Ok(Progress::Waiting(
+            "waiting for daemon set spec update to be observed".into(),
+        ));
     }
     let desired = status.desired_number_scheduled;
     let updated = status.updated_number_scheduled.unwrap_or(0);
     let available = status.number_available.unwrap_or(0);
     Ok(if updated < desired {
-        Progress::Waiting(format!("{updated} out of {desired} new pods have been updated"))
+        Progress::Waiting(format!(
+            "{updated} out of {desired} new pods have been updated"
+        ))
     } else if available < desired {
-        Progress::Waiting(format!("{available} of {desired} updated pods are available"))
+        Progress::Waiting(format!(
+            "{available} of {desired} updated pods are available"
+        ))
     } else {
         Progress::Done
     })
 }
 
 /// Watches the workload until kubectl would call its rollout complete.
-pub async fn wait_rollout_complete(client: &Client, kind: Kind, ns: &str, name: &str, timeout: Duration) -> Result<()> {
+pub async fn wait_rollout_complete(
+    client: &Client,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+    timeout: Duration,
+) -> Result<()> {
     match kind {
-        Kind::Deployment => watch_progress::<Deployment>(client, ns, name, timeout, deployment_progress).await,
-        Kind::StatefulSet => watch_progress::<StatefulSet>(client, ns, name, timeout, statefulset_progress).await,
-        Kind::DaemonSet => watch_progress::<DaemonSet>(client, ns, name, timeout, daemonset_progress).await,
+        Kind::Deployment => {
+            watch_progress::<Deployment>(client, ns, name, timeout, deployment_progress).await
+        }
+        Kind::StatefulSet => {
+            watch_progress::<StatefulSet>(client, ns, name, timeout, statefulset_progress).await
+        }
+        Kind::DaemonSet => {
+            watch_progress::<DaemonSet>(client, ns, name, timeout, daemonset_progress).await
+        }
     }
 }
 
@@ -157,7 +225,12 @@ async fn watch_progress<K>(
     progress: fn(&K) -> Result<Progress, String>,
 ) -> Result<()>
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + 'static,
 {
     let api = Api::<K>::namespaced(client.clone(), ns);
     let mut last = String::from("no object seen");
@@ -178,7 +251,10 @@ where
     };
     match tokio::time::timeout(timeout, wait).await {
         Ok(r) => r,
-        Err(_) => bail!("rollout of {} {ns}/{name} not complete after {timeout:?}: {last}", K::kind(&())),
+        Err(_) => bail!(
+            "rollout of {} {ns}/{name} not complete after {timeout:?}: {last}",
+            K::kind(&())
+        ),
     }
 }
 
@@ -196,7 +272,13 @@ where
 {
     let mut seen: BTreeMap<String, K> = BTreeMap::new();
     let mut buffer: BTreeMap<String, K> = BTreeMap::new();
-    let key = |o: &K| format!("{}/{}", o.meta().namespace.as_deref().unwrap_or(""), o.meta().name.as_deref().unwrap_or(""));
+    let key = |o: &K| {
+        format!(
+            "{}/{}",
+            o.meta().namespace.as_deref().unwrap_or(""),
+            o.meta().name.as_deref().unwrap_or("")
+        )
+    };
     let wait = async {
         let mut stream = std::pin::pin!(watcher::watcher(api, config));
         while let Some(event) = stream.next().await {
@@ -215,36 +297,65 @@ where
     };
     match tokio::time::timeout(timeout, wait).await {
         Ok(r) => r,
-        Err(_) => bail!("{what}: not within {timeout:?}; last seen: {:?}", seen.keys().collect::<Vec<_>>()),
+        Err(_) => bail!(
+            "{what}: not within {timeout:?}; last seen: {:?}",
+            seen.keys().collect::<Vec<_>>()
+        ),
     }
 }
 
 /// True when the pod's Ready condition is True.
 pub fn is_pod_ready(pod: &Pod) -> bool {
-    pod.status.iter().flat_map(|s| s.conditions.iter().flatten()).any(|c| c.type_ == "Ready" && c.status == "True")
+    pod.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 /// Waits until exactly `count` pods match `selector` (a kubectl -l style label selector), none of
 /// them terminating, all Ready; returns them sorted by name. Terminating pods must be gone
 /// too, so "the rollout replaced every pod" can be asserted from the result.
-pub async fn wait_pods_ready(client: &Client, ns: &str, selector: &str, count: usize, timeout: Duration) -> Result<Vec<Pod>> {
+pub async fn wait_pods_ready(
+    client: &Client,
+    ns: &str,
+    selector: &str,
+    count: usize,
+    timeout: Duration,
+) -> Result<Vec<Pod>> {
     let api = Api::<Pod>::namespaced(client.clone(), ns);
     let what = format!("{count} ready pods matching {selector} in {ns}");
-    wait_list(api, watcher::Config::default().labels(selector), timeout, &what, |pods| {
-        let ok = pods.len() == count && pods.iter().all(|p| p.metadata.deletion_timestamp.is_none() && is_pod_ready(p));
-        ok.then(|| pods.iter().map(|p| (*p).clone()).collect())
-    })
+    wait_list(
+        api,
+        watcher::Config::default().labels(selector),
+        timeout,
+        &what,
+        |pods| {
+            let ok = pods.len() == count
+                && pods
+                    .iter()
+                    .all(|p| p.metadata.deletion_timestamp.is_none() && is_pod_ready(p));
+            ok.then(|| pods.iter().map(|p| (*p).clone()).collect())
+        },
+    )
     .await
 }
 
 /// Waits until pod `name` exists again with a UID other than `old_uid` and is Ready (a bare pod
 /// recreated under the same name, or evicted and replaced by its owner app).
-pub async fn wait_pod_replaced(client: &Client, ns: &str, name: &str, old_uid: &str, timeout: Duration) -> Result<Pod> {
+pub async fn wait_pod_replaced(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    old_uid: &str,
+    timeout: Duration,
+) -> Result<Pod> {
     let api = Api::<Pod>::namespaced(client.clone(), ns);
     let what = format!("pod {ns}/{name} replaced (old uid {old_uid}) and ready");
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     wait_list(api, config, timeout, &what, |pods| {
-        pods.iter().find(|p| p.uid().as_deref() != Some(old_uid) && is_pod_ready(p)).map(|p| (*p).clone())
+        pods.iter()
+            .find(|p| p.uid().as_deref() != Some(old_uid) && is_pod_ready(p))
+            .map(|p| (*p).clone())
     })
     .await
 }
@@ -265,11 +376,19 @@ mod tests {
     #[test]
     fn deployment_follows_kubectl() {
         let done = json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 2});
-        assert_eq!(deployment_progress(&deploy(2, done.clone())), Ok(Progress::Done));
+        assert_eq!(
+            deployment_progress(&deploy(2, done.clone())),
+            Ok(Progress::Done)
+        );
         // The state from before the restart must not count: the generation is not yet observed.
-        assert!(matches!(deployment_progress(&deploy(3, done)), Ok(Progress::Waiting(_))));
+        assert!(matches!(
+            deployment_progress(&deploy(3, done)),
+            Ok(Progress::Waiting(_))
+        ));
         let surge = json!({"observedGeneration": 3, "replicas": 3, "updatedReplicas": 2, "availableReplicas": 2});
-        assert!(matches!(deployment_progress(&deploy(3, surge)), Ok(Progress::Waiting(m)) if m.contains("pending termination")));
+        assert!(
+            matches!(deployment_progress(&deploy(3, surge)), Ok(Progress::Waiting(m)) if m.contains("pending termination"))
+        );
         let dead = json!({"observedGeneration": 3, "conditions": [
             {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]});
         assert!(deployment_progress(&deploy(3, dead)).is_err());
@@ -287,7 +406,10 @@ mod tests {
         };
         let rolling = json!({"observedGeneration": 2, "replicas": 2, "readyReplicas": 2,
             "currentRevision": "a", "updateRevision": "b"});
-        assert!(matches!(statefulset_progress(&sts(rolling)), Ok(Progress::Waiting(_))));
+        assert!(matches!(
+            statefulset_progress(&sts(rolling)),
+            Ok(Progress::Waiting(_))
+        ));
         let done = json!({"observedGeneration": 2, "replicas": 2, "readyReplicas": 2,
             "currentRevision": "b", "updateRevision": "b"});
         assert_eq!(statefulset_progress(&sts(done)), Ok(Progress::Done));

@@ -26,7 +26,10 @@ const IMAGE: &str = "registry.k8s.io/pause:3.2";
 const DEFAULT_MEMORY_LIMIT: &str = "2Gi";
 
 fn labels_map(labels: &[(&str, &str)]) -> BTreeMap<String, String> {
-    labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 fn container(name: &str) -> Container {
@@ -35,7 +38,13 @@ fn container(name: &str) -> Container {
         name: name.to_string(),
         image: Some(IMAGE.to_string()),
         resources: Some(ResourceRequirements {
-            requests: Some([("cpu".to_string(), q("1m")), ("memory".to_string(), q("8Mi"))].into()),
+            requests: Some(
+                [
+                    ("cpu".to_string(), q("1m")),
+                    ("memory".to_string(), q("8Mi")),
+                ]
+                .into(),
+            ),
             limits: Some([("memory".to_string(), q(DEFAULT_MEMORY_LIMIT))].into()),
             ..Default::default()
         }),
@@ -46,7 +55,10 @@ fn container(name: &str) -> Container {
 /// A pod template with one container `app`, tiny requests, a 2Gi memory limit and the labels.
 pub fn pod_template(labels: &[(&str, &str)]) -> PodTemplateSpec {
     PodTemplateSpec {
-        metadata: Some(ObjectMeta { labels: Some(labels_map(labels)), ..Default::default() }),
+        metadata: Some(ObjectMeta {
+            labels: Some(labels_map(labels)),
+            ..Default::default()
+        }),
         spec: Some(PodSpec {
             containers: vec![container("app")],
             // The fake runtime stops containers at once; a short grace keeps deletes quick anyway.
@@ -57,11 +69,18 @@ pub fn pod_template(labels: &[(&str, &str)]) -> PodTemplateSpec {
 }
 
 fn selector(labels: &[(&str, &str)]) -> Option<LabelSelector> {
-    Some(LabelSelector { match_labels: Some(labels_map(labels)), ..Default::default() })
+    Some(LabelSelector {
+        match_labels: Some(labels_map(labels)),
+        ..Default::default()
+    })
 }
 
 fn meta(name: &str, labels: &[(&str, &str)]) -> ObjectMeta {
-    ObjectMeta { name: Some(name.to_string()), labels: Some(labels_map(labels)), ..Default::default() }
+    ObjectMeta {
+        name: Some(name.to_string()),
+        labels: Some(labels_map(labels)),
+        ..Default::default()
+    }
 }
 
 /// A Deployment whose pods carry `labels` (also its selector), default RollingUpdate strategy.
@@ -113,7 +132,8 @@ pub trait PodTemplateExt: Sized {
 
     /// Sets the memory model: `base` plus `leak_per_minute` times pod age (quantities).
     fn with_memory(self, base: &str, leak_per_minute: &str) -> Self {
-        self.with_annotation(MEMORY_BASE, base).with_annotation(MEMORY_LEAK_PER_MINUTE, leak_per_minute)
+        self.with_annotation(MEMORY_BASE, base)
+            .with_annotation(MEMORY_LEAK_PER_MINUTE, leak_per_minute)
     }
 
     /// Puts the memory model on a named container instead of the first one.
@@ -122,21 +142,40 @@ pub trait PodTemplateExt: Sized {
     }
 
     fn with_annotation(mut self, key: &str, value: &str) -> Self {
-        let meta = self.pod_template_mut().metadata.get_or_insert_with(Default::default);
-        meta.annotations.get_or_insert_with(Default::default).insert(key.to_string(), value.to_string());
+        let meta = self
+            .pod_template_mut()
+            .metadata
+            .get_or_insert_with(Default::default);
+        meta.annotations
+            .get_or_insert_with(Default::default)
+            .insert(key.to_string(), value.to_string());
         self
     }
 
     fn with_label(mut self, key: &str, value: &str) -> Self {
-        let meta = self.pod_template_mut().metadata.get_or_insert_with(Default::default);
-        meta.labels.get_or_insert_with(Default::default).insert(key.to_string(), value.to_string());
+        let meta = self
+            .pod_template_mut()
+            .metadata
+            .get_or_insert_with(Default::default);
+        meta.labels
+            .get_or_insert_with(Default::default)
+            .insert(key.to_string(), value.to_string());
         self
     }
 
     /// Sets the memory limit of every container (`None` removes it, for "no limit" cases).
     fn with_memory_limit(mut self, limit: Option<&str>) -> Self {
-        for c in self.pod_template_mut().spec.iter_mut().flat_map(|s| s.containers.iter_mut()) {
-            let limits = c.resources.get_or_insert_with(Default::default).limits.get_or_insert_with(Default::default);
+        for c in self
+            .pod_template_mut()
+            .spec
+            .iter_mut()
+            .flat_map(|s| s.containers.iter_mut())
+        {
+            let limits = c
+                .resources
+                .get_or_insert_with(Default::default)
+                .limits
+                .get_or_insert_with(Default::default);
             match limit {
                 Some(l) => limits.insert("memory".to_string(), Quantity(l.to_string())),
                 None => limits.remove("memory"),
@@ -174,7 +213,11 @@ template_ext!(Deployment, StatefulSet, DaemonSet);
 /// Creates a namespaced object in `ns` and returns what the server stored.
 pub async fn create<K>(client: &Client, ns: &str, obj: &K) -> Result<K>
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + Debug,
 {
     let name = obj.meta().name.clone().unwrap_or_default();
     Api::<K>::namespaced(client.clone(), ns)
@@ -209,12 +252,20 @@ pub fn mcp_server(name: &str) -> McpServer {
     let proxy = deployment(
         name,
         1,
-        &[("toolhive", "true"), ("toolhive-name", name), ("app.kubernetes.io/component", "proxy")],
+        &[
+            ("toolhive", "true"),
+            ("toolhive-name", name),
+            ("app.kubernetes.io/component", "proxy"),
+        ],
     );
     let backend = statefulset(
         &format!("{name}-backend"),
         1,
-        &[("toolhive", "true"), ("toolhive-name", name), ("toolhive-transport", "stdio")],
+        &[
+            ("toolhive", "true"),
+            ("toolhive-name", name),
+            ("toolhive-transport", "stdio"),
+        ],
     );
     McpServer { proxy, backend }
 }
@@ -241,12 +292,17 @@ mod tests {
 
     #[test]
     fn builders_set_selector_labels_and_memory() {
-        let d = deployment("web", 2, &[("app", "web")]).with_memory("32Mi", "1Mi").with_memory_limit(Some("1Gi"));
+        let d = deployment("web", 2, &[("app", "web")])
+            .with_memory("32Mi", "1Mi")
+            .with_memory_limit(Some("1Gi"));
         let spec = d.spec.as_ref().unwrap();
         assert_eq!(spec.selector.match_labels.as_ref().unwrap()["app"], "web");
         let t = spec.template.metadata.as_ref().unwrap();
         assert_eq!(t.labels.as_ref().unwrap()["app"], "web");
-        assert_eq!(t.annotations.as_ref().unwrap()[MEMORY_LEAK_PER_MINUTE], "1Mi");
+        assert_eq!(
+            t.annotations.as_ref().unwrap()[MEMORY_LEAK_PER_MINUTE],
+            "1Mi"
+        );
         let c = &spec.template.spec.as_ref().unwrap().containers[0];
         let r = c.resources.as_ref().unwrap();
         assert_eq!(r.limits.as_ref().unwrap()["memory"].0, "1Gi");
@@ -257,9 +313,28 @@ mod tests {
     fn mcp_server_pods_carry_toolhive_labels() {
         let s = mcp_server("fetch");
         assert_eq!(s.backend.metadata.name.as_deref(), Some("fetch-backend"));
-        let proxy = s.proxy.spec.unwrap().template.metadata.unwrap().labels.unwrap();
-        let backend = s.backend.spec.unwrap().template.metadata.unwrap().labels.unwrap();
-        assert_eq!((proxy["toolhive"].as_str(), proxy["toolhive-name"].as_str()), ("true", "fetch"));
+        let proxy = s
+            .proxy
+            .spec
+            .unwrap()
+            .template
+            .metadata
+            .unwrap()
+            .labels
+            .unwrap();
+        let backend = s
+            .backend
+            .spec
+            .unwrap()
+            .template
+            .metadata
+            .unwrap()
+            .labels
+            .unwrap();
+        assert_eq!(
+            (proxy["toolhive"].as_str(), proxy["toolhive-name"].as_str()),
+            ("true", "fetch")
+        );
         assert_eq!(backend["toolhive-transport"], "stdio");
     }
 }
