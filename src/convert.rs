@@ -1,20 +1,28 @@
-//! Conversion of API objects into the small domain structs, done once at the edge.
+//! Conversion of API objects into the small domain structs, done once at the edge. The rules
+//! read the slim [`wire`] forms the snapshot lists; the few full k8s-openapi objects read one at
+//! a time (fresh reads, watches) are read back into the same slim forms first.
+
+pub mod wire;
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::consts::{MIRROR_ANNOTATION, PROGRESS_DEADLINE_EXCEEDED, RESTARTED_AT};
-use crate::model::{ContainerSample, Kind, PodSample, RolloutStatus, UpdateStrategy, Workload, WorkloadRef};
+use crate::model::{
+    ContainerSample, Kind, Pdb, PodSample, RolloutStatus, UpdateStrategy, Workload, WorkloadRef,
+};
 use crate::policy::{Operator, Requirement, Selector};
 use crate::quantity::parse_bytes;
+use wire::{ObjectMeta, PodTemplateSpec};
 
 pub fn time(t: &Time) -> DateTime<Utc> {
-    DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32).unwrap_or_default()
+    DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
+        .unwrap_or_default()
 }
 
 fn map(m: &Option<BTreeMap<String, String>>) -> BTreeMap<String, String> {
@@ -22,25 +30,41 @@ fn map(m: &Option<BTreeMap<String, String>>) -> BTreeMap<String, String> {
 }
 
 fn template_restarted_at(t: &PodTemplateSpec) -> Option<DateTime<Utc>> {
-    let value = t.metadata.as_ref()?.annotations.as_ref()?.get(RESTARTED_AT)?;
-    DateTime::parse_from_rfc3339(value).ok().map(|t| t.with_timezone(&Utc))
+    let value = t
+        .metadata
+        .as_ref()?
+        .annotations
+        .as_ref()?
+        .get(RESTARTED_AT)?;
+    DateTime::parse_from_rfc3339(value)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
 }
 
-fn base(kind: Kind, meta: &ObjectMeta, template: &PodTemplateSpec, selector: &LabelSelector) -> Workload {
+fn base(
+    kind: Kind,
+    meta: ObjectMeta,
+    template: PodTemplateSpec,
+    selector: &LabelSelector,
+) -> Workload {
+    let restarted_at = template_restarted_at(&template);
     Workload {
         target: WorkloadRef {
             kind,
-            namespace: meta.namespace.clone().unwrap_or_default(),
-            name: meta.name.clone().unwrap_or_default(),
+            namespace: meta.namespace.unwrap_or_default(),
+            name: meta.name.unwrap_or_default(),
         },
-        labels: map(&meta.labels),
-        template_labels: template.metadata.as_ref().map(|m| map(&m.labels)).unwrap_or_default(),
+        labels: meta.labels.unwrap_or_default(),
+        template_labels: template.metadata.and_then(|m| m.labels).unwrap_or_default(),
         pod_selector: selector_string(selector),
-        annotations: map(&meta.annotations),
-        restarted_at: template_restarted_at(template),
+        annotations: meta.annotations.unwrap_or_default(),
+        restarted_at,
         paused: false,
         strategy: UpdateStrategy::RollingUpdate,
-        status: RolloutStatus { generation: meta.generation.unwrap_or(0), ..Default::default() },
+        status: RolloutStatus {
+            generation: meta.generation.unwrap_or(0),
+            ..Default::default()
+        },
         min_ready_during_restart: 0,
         pods: Vec::new(),
         mirror: false,
@@ -61,133 +85,177 @@ fn resolve(v: Option<&IntOrString>, total: i32, default_percent: i32, round_up: 
 
 fn percent_of(total: i32, pct: i32, round_up: bool) -> i32 {
     let scaled = total as i64 * pct as i64;
-    (if round_up { (scaled + 99) / 100 } else { scaled / 100 }) as i32
+    (if round_up {
+        (scaled + 99) / 100
+    } else {
+        scaled / 100
+    }) as i32
 }
 
 pub fn deployment(d: &Deployment) -> Workload {
-    let spec = d.spec.clone().unwrap_or_default();
-    let mut w = base(Kind::Deployment, &d.metadata, &spec.template, &spec.selector);
-    let desired = spec.replicas.unwrap_or(1);
-    w.paused = spec.paused.unwrap_or(false);
-    let strategy = spec.strategy.unwrap_or_default();
-    let recreate = strategy.type_.as_deref() == Some("Recreate");
-    w.strategy = if recreate { UpdateStrategy::Recreate } else { UpdateStrategy::RollingUpdate };
-    w.min_ready_during_restart = if recreate {
-        0
-    } else {
-        let ru = strategy.rolling_update.unwrap_or_default();
-        let surge = resolve(ru.max_surge.as_ref(), desired, 25, true);
-        let mut unavailable = resolve(ru.max_unavailable.as_ref(), desired, 25, false);
-        if surge == 0 && unavailable == 0 {
-            unavailable = 1;
-        }
-        desired - unavailable
-    };
-    if let Some(s) = &d.status {
-        w.status.observed_generation = s.observed_generation.unwrap_or(0);
-        w.status.current = s.replicas.unwrap_or(0);
-        w.status.updated = s.updated_replicas.unwrap_or(0);
-        w.status.ready = s.ready_replicas.unwrap_or(0);
-        w.status.available = s.available_replicas.unwrap_or(0);
-        w.status.progress_deadline_exceeded = s.conditions.iter().flatten().any(|c| {
-            c.type_ == "Progressing" && c.reason.as_deref() == Some(PROGRESS_DEADLINE_EXCEEDED)
-        });
-    }
-    w.status.desired = desired;
-    w
+    Workload::from(wire::reread::<wire::Deployment>(d))
 }
 
 pub fn statefulset(s: &StatefulSet) -> Workload {
-    let spec = s.spec.clone().unwrap_or_default();
-    let mut w = base(Kind::StatefulSet, &s.metadata, &spec.template, &spec.selector);
-    let desired = spec.replicas.unwrap_or(1);
-    let strategy = spec.update_strategy.unwrap_or_default();
-    w.strategy = if strategy.type_.as_deref() == Some("OnDelete") {
-        UpdateStrategy::OnDelete
-    } else {
-        UpdateStrategy::RollingUpdate
-    };
-    w.status.partition = strategy.rolling_update.and_then(|r| r.partition).unwrap_or(0);
-    // The StatefulSet controller replaces one pod at a time.
-    w.min_ready_during_restart = desired - 1;
-    w.status.desired = desired;
-    if let Some(st) = &s.status {
-        w.status.observed_generation = st.observed_generation.unwrap_or(0);
-        w.status.current = st.replicas;
-        w.status.updated = st.updated_replicas.unwrap_or(0);
-        w.status.ready = st.ready_replicas.unwrap_or(0);
-        // availableReplicas is served from v1.22; before that readiness is the best signal.
-        w.status.available = st.available_replicas.unwrap_or(w.status.ready);
-        w.status.current_revision = st.current_revision.clone();
-        w.status.update_revision = st.update_revision.clone();
-    }
-    w
+    Workload::from(wire::reread::<wire::StatefulSet>(s))
 }
 
 pub fn daemonset(d: &DaemonSet) -> Workload {
-    let spec = d.spec.clone().unwrap_or_default();
-    let mut w = base(Kind::DaemonSet, &d.metadata, &spec.template, &spec.selector);
-    let strategy = spec.update_strategy.unwrap_or_default();
-    w.strategy = if strategy.type_.as_deref() == Some("OnDelete") {
-        UpdateStrategy::OnDelete
-    } else {
-        UpdateStrategy::RollingUpdate
-    };
-    if let Some(st) = &d.status {
-        let desired = st.desired_number_scheduled;
-        // DaemonSets default to maxUnavailable 1; a percentage rounds up.
-        let unavailable = match strategy.rolling_update.and_then(|r| r.max_unavailable) {
-            None => 1,
-            Some(v) => resolve(Some(&v), desired, 0, true).max(1),
-        };
-        w.min_ready_during_restart = desired - unavailable;
-        w.status.desired = desired;
-        w.status.observed_generation = st.observed_generation.unwrap_or(0);
-        w.status.current = st.current_number_scheduled;
-        w.status.updated = st.updated_number_scheduled.unwrap_or(0);
-        w.status.ready = st.number_ready;
-        w.status.available = st.number_available.unwrap_or(0);
-    }
-    w
+    Workload::from(wire::reread::<wire::DaemonSet>(d))
 }
 
 pub fn pod_sample(p: &Pod) -> PodSample {
-    let spec = p.spec.clone().unwrap_or_default();
-    let status = p.status.as_ref();
-    PodSample {
-        name: p.metadata.name.clone().unwrap_or_default(),
-        uid: p.metadata.uid.clone().unwrap_or_default(),
-        labels: map(&p.metadata.labels),
-        started: status.and_then(|s| s.start_time.as_ref()).map(time),
-        ready: status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
-        deleting: p.metadata.deletion_timestamp.is_some(),
-        containers: spec
-            .containers
-            .iter()
-            .map(|c| ContainerSample {
-                name: c.name.clone(),
-                usage: None,
-                limit: c
-                    .resources
-                    .as_ref()
-                    .and_then(|r| r.limits.as_ref())
-                    .and_then(|l| l.get("memory"))
-                    .and_then(|q| parse_bytes(&q.0).ok()),
-            })
-            .collect(),
-        has_metrics: false,
-    }
+    PodSample::from(&wire::reread::<wire::Pod>(p))
 }
 
 /// A bare pod as its own workload.
 pub fn bare_pod(p: &Pod) -> Workload {
-    let sample = pod_sample(p);
-    let meta = &p.metadata;
-    let name = meta.name.clone().unwrap_or_default();
+    bare(wire::reread(p))
+}
+
+impl From<wire::Deployment> for Workload {
+    fn from(d: wire::Deployment) -> Workload {
+        let spec = d.spec.unwrap_or_default();
+        let mut w = base(Kind::Deployment, d.metadata, spec.template, &spec.selector);
+        let desired = spec.replicas.unwrap_or(1);
+        w.paused = spec.paused.unwrap_or(false);
+        let strategy = spec.strategy.unwrap_or_default();
+        let recreate = strategy.type_.as_deref() == Some("Recreate");
+        w.strategy = if recreate {
+            UpdateStrategy::Recreate
+        } else {
+            UpdateStrategy::RollingUpdate
+        };
+        w.min_ready_during_restart = if recreate {
+            0
+        } else {
+            let ru = strategy.rolling_update.unwrap_or_default();
+            let surge = resolve(ru.max_surge.as_ref(), desired, 25, true);
+            let mut unavailable = resolve(ru.max_unavailable.as_ref(), desired, 25, false);
+            if surge == 0 && unavailable == 0 {
+                unavailable = 1;
+            }
+            desired - unavailable
+        };
+        if let Some(s) = &d.status {
+            w.status.observed_generation = s.observed_generation.unwrap_or(0);
+            w.status.current = s.replicas.unwrap_or(0);
+            w.status.updated = s.updated_replicas.unwrap_or(0);
+            w.status.ready = s.ready_replicas.unwrap_or(0);
+            w.status.available = s.available_replicas.unwrap_or(0);
+            w.status.progress_deadline_exceeded = s.conditions.iter().flatten().any(|c| {
+                c.type_ == "Progressing" && c.reason.as_deref() == Some(PROGRESS_DEADLINE_EXCEEDED)
+            });
+        }
+        w.status.desired = desired;
+        w
+    }
+}
+
+impl From<wire::StatefulSet> for Workload {
+    fn from(s: wire::StatefulSet) -> Workload {
+        let spec = s.spec.unwrap_or_default();
+        let mut w = base(Kind::StatefulSet, s.metadata, spec.template, &spec.selector);
+        let desired = spec.replicas.unwrap_or(1);
+        let strategy = spec.update_strategy.unwrap_or_default();
+        w.strategy = if strategy.type_.as_deref() == Some("OnDelete") {
+            UpdateStrategy::OnDelete
+        } else {
+            UpdateStrategy::RollingUpdate
+        };
+        w.status.partition = strategy
+            .rolling_update
+            .and_then(|r| r.partition)
+            .unwrap_or(0);
+        // The StatefulSet controller replaces one pod at a time.
+        w.min_ready_during_restart = desired - 1;
+        w.status.desired = desired;
+        if let Some(st) = s.status {
+            w.status.observed_generation = st.observed_generation.unwrap_or(0);
+            w.status.current = st.replicas;
+            w.status.updated = st.updated_replicas.unwrap_or(0);
+            w.status.ready = st.ready_replicas.unwrap_or(0);
+            // availableReplicas is served from v1.22; before that readiness is the best signal.
+            w.status.available = st.available_replicas.unwrap_or(w.status.ready);
+            w.status.current_revision = st.current_revision;
+            w.status.update_revision = st.update_revision;
+        }
+        w
+    }
+}
+
+impl From<wire::DaemonSet> for Workload {
+    fn from(d: wire::DaemonSet) -> Workload {
+        let spec = d.spec.unwrap_or_default();
+        let mut w = base(Kind::DaemonSet, d.metadata, spec.template, &spec.selector);
+        let strategy = spec.update_strategy.unwrap_or_default();
+        w.strategy = if strategy.type_.as_deref() == Some("OnDelete") {
+            UpdateStrategy::OnDelete
+        } else {
+            UpdateStrategy::RollingUpdate
+        };
+        if let Some(st) = &d.status {
+            let desired = st.desired_number_scheduled;
+            // DaemonSets default to maxUnavailable 1; a percentage rounds up.
+            let unavailable = match strategy.rolling_update.and_then(|r| r.max_unavailable) {
+                None => 1,
+                Some(v) => resolve(Some(&v), desired, 0, true).max(1),
+            };
+            w.min_ready_during_restart = desired - unavailable;
+            w.status.desired = desired;
+            w.status.observed_generation = st.observed_generation.unwrap_or(0);
+            w.status.current = st.current_number_scheduled;
+            w.status.updated = st.updated_number_scheduled.unwrap_or(0);
+            w.status.ready = st.number_ready;
+            w.status.available = st.number_available.unwrap_or(0);
+        }
+        w
+    }
+}
+
+impl From<&wire::Pod> for PodSample {
+    fn from(p: &wire::Pod) -> PodSample {
+        let status = p.status.as_ref();
+        PodSample {
+            name: p.metadata.name.clone().unwrap_or_default(),
+            uid: p.metadata.uid.clone().unwrap_or_default(),
+            labels: map(&p.metadata.labels),
+            started: status.and_then(|s| s.start_time.as_ref()).map(time),
+            ready: status
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+            deleting: p.metadata.deletion_timestamp.is_some(),
+            containers: p
+                .spec
+                .iter()
+                .flat_map(|s| &s.containers)
+                .map(|c| ContainerSample {
+                    name: c.name.clone(),
+                    usage: None,
+                    limit: c
+                        .resources
+                        .as_ref()
+                        .and_then(|r| r.limits.as_ref())
+                        .and_then(|l| l.memory.as_ref())
+                        .and_then(|q| parse_bytes(&q.0).ok()),
+                })
+                .collect(),
+            has_metrics: false,
+        }
+    }
+}
+
+/// A bare pod as its own workload.
+pub fn bare(p: wire::Pod) -> Workload {
+    let sample = PodSample::from(&p);
+    let meta = p.metadata;
+    let name = meta.name.unwrap_or_default();
     Workload {
-        target: WorkloadRef { kind: Kind::Pod, namespace: meta.namespace.clone().unwrap_or_default(), name: name.clone() },
+        target: WorkloadRef {
+            kind: Kind::Pod,
+            namespace: meta.namespace.unwrap_or_default(),
+            name,
+        },
         labels: sample.labels.clone(),
         template_labels: sample.labels.clone(),
         pod_selector: String::new(),
@@ -204,14 +272,20 @@ pub fn bare_pod(p: &Pod) -> Workload {
             ..Default::default()
         },
         min_ready_during_restart: 0,
-        mirror: meta.annotations.as_ref().is_some_and(|a| a.contains_key(MIRROR_ANNOTATION)),
+        mirror: meta
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION)),
         pods: vec![sample],
     }
 }
 
 /// A LabelSelector in `-l` syntax, for listing a controller's pods.
 pub fn selector_string(s: &LabelSelector) -> String {
-    let mut parts: Vec<String> = map(&s.match_labels).into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut parts: Vec<String> = map(&s.match_labels)
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     for e in s.match_expressions.iter().flatten() {
         let values = e.values.clone().unwrap_or_default().join(",");
         parts.push(match e.operator.as_str() {
@@ -243,5 +317,20 @@ pub fn selector(s: &LabelSelector) -> Selector {
                 values: e.values.clone().unwrap_or_default(),
             })
             .collect(),
+    }
+}
+
+impl From<wire::PodDisruptionBudget> for Pdb {
+    fn from(p: wire::PodDisruptionBudget) -> Pdb {
+        Pdb {
+            namespace: p.metadata.namespace.unwrap_or_default(),
+            name: p.metadata.name.unwrap_or_default(),
+            selector: p
+                .spec
+                .and_then(|s| s.selector)
+                .map(|s| selector(&s))
+                .unwrap_or_default(),
+            disruptions_allowed: p.status.map_or(0, |s| s.disruptions_allowed),
+        }
     }
 }

@@ -31,7 +31,8 @@ pub enum Status {
     Skipped(SkipReason),
     /// Patch, rollout, eviction or verification failed. Halts the queue.
     Failed(String),
-    /// The run was asked to stop (SIGTERM) during this bounce.
+    /// The run was asked to stop (SIGTERM, or the lock was lost) during this bounce or right
+    /// before it; nothing new is started after that.
     Interrupted,
     /// Not tried because an earlier bounce halted the queue.
     NotAttempted,
@@ -106,7 +107,10 @@ impl Executor<'_> {
                 verification: None,
             };
             if !halted && *self.stop.borrow() {
+                // Asked to stop between two bounces: the first one left out is reported as
+                // interrupted, so the report and the exit code say the queue was not finished.
                 halted = true;
+                outcome.status = Status::Interrupted;
             }
             if !halted {
                 tracing::info!(workload = %bounce.target, policy = %bounce.policy, "bounce {}/{total}", i + 1);
@@ -138,6 +142,11 @@ impl Executor<'_> {
             Ok(method) => method,
             Err(reason) => return out.status = Status::Skipped(reason),
         };
+        // The fresh read takes a moment; a stop (SIGTERM, or the lock lost) that came meanwhile
+        // must not be followed by a new restart.
+        if *self.stop.borrow() {
+            return out.status = Status::Interrupted;
+        }
         out.method = method;
         let timeout = b.timeout.unwrap_or(self.default_timeout);
         out.status = match method {

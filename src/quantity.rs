@@ -49,20 +49,28 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
-/// Bytes as a short binary quantity for reports: "1.5Gi", "812Mi", "640Ki".
+/// Bytes as a short binary quantity for reports: "2Gi", "12.5Gi", "1544Mi", "86.3Mi", "640Ki".
+/// Below 10Gi, memory is shown in Mi so that usage and a nearby threshold stay distinguishable.
 pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)];
-    for (unit, size) in UNITS {
-        if bytes >= size {
-            let value = bytes as f64 / size as f64;
-            return if value >= 100.0 || (value.fract() < 0.05) {
-                format!("{value:.0}{unit}")
-            } else {
-                format!("{value:.1}{unit}")
-            };
+    const KI: u64 = 1 << 10;
+    const MI: u64 = 1 << 20;
+    const GI: u64 = 1 << 30;
+    let short = |value: f64, unit: &str| {
+        if value >= 100.0 || value.fract() < 0.05 {
+            format!("{value:.0}{unit}")
+        } else {
+            format!("{value:.1}{unit}")
         }
+    };
+    if bytes >= GI && (bytes % GI == 0 || bytes >= 10 * GI) {
+        short(bytes as f64 / GI as f64, "Gi")
+    } else if bytes >= MI {
+        short(bytes as f64 / MI as f64, "Mi")
+    } else if bytes >= KI {
+        short(bytes as f64 / KI as f64, "Ki")
+    } else {
+        format!("{bytes}")
     }
-    format!("{bytes}")
 }
 
 #[cfg(test)]
@@ -97,7 +105,9 @@ mod tests {
 
     #[test]
     fn formats_binary_units() {
-        assert_eq!(format_bytes(1536 << 20), "1.5Gi");
+        assert_eq!(format_bytes(1536 << 20), "1536Mi");
+        assert_eq!(format_bytes(1544 << 20), "1544Mi");
+        assert_eq!(format_bytes(25 << 29), "12.5Gi");
         assert_eq!(format_bytes(812 << 20), "812Mi");
         assert_eq!(format_bytes(2 << 30), "2Gi");
         assert_eq!(format_bytes(100), "100");

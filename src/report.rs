@@ -191,7 +191,7 @@ fn decision_cell(r: &Row, mode: Mode) -> String {
     }
 }
 
-fn cells(r: &Row, mode: Mode) -> [String; 6] {
+fn cells(r: &Row, mode: Mode) -> [String; 7] {
     let trigger = if r.triggers.is_empty() {
         "-".to_string()
     } else {
@@ -204,14 +204,15 @@ fn cells(r: &Row, mode: Mode) -> [String; 6] {
     [
         r.policy.clone(),
         format!("{}/{}/{}", r.workload.kind.as_str().to_lowercase(), r.workload.namespace, r.workload.name),
-        format!("{}  {}", r.pods, memory_cell(&r.memory)),
+        r.pods.to_string(),
+        memory_cell(&r.memory),
         trigger,
         decision_cell(r, mode),
         reason,
     ]
 }
 
-const HEADERS: [&str; 6] = ["POLICY", "WORKLOAD", "PODS  MEMORY (MAX POD / THRESHOLD)", "TRIGGER", "DECISION", "REASON"];
+const HEADERS: [&str; 7] = ["POLICY", "WORKLOAD", "PODS", "MEMORY (MAX POD / THRESHOLD)", "TRIGGER", "DECISION", "REASON"];
 
 fn summary_line(r: &Report) -> String {
     let s = &r.summary;
@@ -232,18 +233,18 @@ fn summary_line(r: &Report) -> String {
 }
 
 pub fn table(r: &Report) -> String {
-    let rows: Vec<[String; 6]> = r.rows.iter().map(|row| cells(row, r.mode)).collect();
+    let rows: Vec<[String; 7]> = r.rows.iter().map(|row| cells(row, r.mode)).collect();
     let mut widths = HEADERS.map(str::len);
     for row in &rows {
-        for (w, c) in widths.iter_mut().zip(row.iter()).take(5) {
+        for (w, c) in widths.iter_mut().zip(row.iter()) {
             *w = (*w).max(c.chars().count());
         }
     }
-    let mut out = String::new();
-    let line = |cols: [&str; 6]| {
+    let line = |cols: [&str; 7]| {
         let mut l = String::new();
         for (i, c) in cols.iter().enumerate() {
-            if i < 5 {
+            // The last column (the reason) is free text: no padding.
+            if i + 1 < cols.len() {
                 l.push_str(&format!("{c:<width$}  ", width = widths[i]));
             } else {
                 l.push_str(c);
@@ -251,9 +252,9 @@ pub fn table(r: &Report) -> String {
         }
         l.trim_end().to_string() + "\n"
     };
-    out.push_str(&line(HEADERS));
+    let mut out = line(HEADERS);
     for row in &rows {
-        out.push_str(&line([&row[0], &row[1], &row[2], &row[3], &row[4], &row[5]]));
+        out.push_str(&line(row.each_ref().map(String::as_str)));
     }
     out.push_str(&format!("\n{}\n", summary_line(r)));
     out
@@ -276,11 +277,11 @@ pub fn markdown(r: &Report) -> String {
             row.order.map(|o| o.to_string()).unwrap_or_default(),
             escape(&c[0]),
             c[1],
-            row.pods,
-            memory_cell(&row.memory),
+            c[2],
             c[3],
-            escape(&c[4]),
+            c[4],
             escape(&c[5]),
+            escape(&c[6]),
         ));
     }
     out
@@ -296,3 +297,7 @@ pub fn render(r: &Report, format: Format, one_line: bool) -> String {
         Format::Json => serde_json::to_string_pretty(r).expect("report serializes") + "\n",
     }
 }
+
+#[cfg(test)]
+#[path = "report_tests.rs"]
+mod tests;

@@ -86,8 +86,9 @@ pub async fn eviction_version(client: &Client) -> Result<&'static str, kube::Err
 pub enum EvictError {
     #[error(transparent)]
     Api(#[from] ClusterError),
-    #[error("a PodDisruptionBudget kept blocking the eviction of {0} until the timeout")]
-    Blocked(String),
+    /// 429 is a PodDisruptionBudget saying no; the last answer tells which (or what else) refused.
+    #[error("the eviction of pod {pod} was refused until the timeout (last answer: {last})")]
+    Refused { pod: String, last: String },
     #[error("no ready replacement for pod {pod} within the timeout ({detail})")]
     NoReplacement { pod: String, detail: String },
 }
@@ -101,19 +102,30 @@ pub async fn evict(client: &Client, namespace: &str, pod: &str, version: &str, d
     .expect("static JSON serializes");
     let url = format!("/api/v1/namespaces/{namespace}/pods/{pod}/eviction");
     let mut delay = Duration::from_millis(500);
+    let mut last = None;
+    let refused = |last: Option<String>| EvictError::Refused {
+        pod: format!("{namespace}/{pod}"),
+        last: last.unwrap_or_else(|| "none: the client itself still retried 429/503/504".into()),
+    };
     loop {
         let req = http::Request::post(&url)
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(body.clone())
             .expect("valid request");
-        match client.request::<Status>(req).await {
+        // The client retries 429/503/504 by itself with a backoff that grows to minutes, so one
+        // request can outlast the whole bounce: the deadline bounds each request too.
+        let Ok(answer) = tokio::time::timeout_at(deadline, client.request::<Status>(req)).await else {
+            return Err(refused(last));
+        };
+        match answer {
             Ok(_) => return Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
             Err(e) if matches!(&e, kube::Error::Api(s) if s.code == 429) || transient(&e) => {
                 if tokio::time::Instant::now() + delay > deadline {
-                    return Err(EvictError::Blocked(format!("{namespace}/{pod}")));
+                    return Err(refused(Some(e.to_string())));
                 }
                 tracing::info!("eviction of {namespace}/{pod} refused ({e}); retrying");
+                last = Some(e.to_string());
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(5));
             }

@@ -137,7 +137,10 @@ async fn sigterm_interrupts_the_wait_and_the_next_run_respects_the_cooldown() {
     assert_eq!(restarted_at_of(&client, n, "stuck").await, Some(written));
     // Besides the surge pod that never schedules, the old pods are all still there, serving.
     let now = pod_uids(&client, n, "app=stuck").await;
-    assert!(before.iter().all(|u| now.contains(u)), "old pods replaced: {before:?} -> {now:?}");
+    assert!(
+        before.iter().all(|u| now.contains(u)),
+        "old pods replaced: {before:?} -> {now:?}"
+    );
     assert_eq!(
         patches_by_name(mark, n).unwrap_or_default(),
         Vec::<String>::new()
@@ -490,11 +493,13 @@ async fn api_server_restart_during_the_wait_is_survived() {
     .await
     .unwrap();
     assert!(restarted.success(), "restarting kube-apiserver failed");
-    assert!(
-        running.try_wait().unwrap().is_none(),
-        "bouncer finished before the API server was back"
-    );
+    let waited_through = running.try_wait().unwrap().is_none();
     let run = finish(running).await;
+    assert!(
+        waited_through,
+        "bouncer finished before the API server was back: {}\n{:#}",
+        run.stderr, run.report
+    );
 
     assert_eq!(
         run.code, 0,

@@ -1,0 +1,129 @@
+//! Golden-text tests of the report renderers.
+
+use std::time::Duration;
+
+use super::*;
+use crate::execute::{Outcome, Status};
+use crate::model::Kind;
+use crate::plan::{Bounce, Skip};
+use crate::policy::OnRevert;
+use crate::reason::SkipReason;
+
+fn t(s: &str) -> DateTime<Utc> {
+    s.parse().unwrap()
+}
+
+fn target(kind: Kind, ns: &str, name: &str) -> WorkloadRef {
+    WorkloadRef { kind, namespace: ns.into(), name: name.into() }
+}
+
+fn fixture() -> (Plan, Vec<Outcome>) {
+    let bounce = |name: &str, usage: u64| Bounce {
+        policy: "mcp".into(),
+        target: target(Kind::StatefulSet, "toolhive", name),
+        method: Method::Rollout,
+        triggers: vec![Trigger::Memory { pod: format!("{name}-0"), usage, threshold: 435 << 20 }],
+        pods: 1,
+        memory: Some(MemoryReading { pod: format!("{name}-0"), usage, threshold: Some(435 << 20), missing: 0 }),
+        seen_restarted_at: None,
+        timeout: None,
+        on_revert: OnRevert::Fail,
+        allow_downtime: true,
+        cooldown: Duration::from_secs(3600),
+    };
+    let plan = Plan {
+        now: t("2026-12-02T16:20:51Z"),
+        bounces: vec![bounce("fetch", 501 << 20), bounce("github", 480 << 20)],
+        skips: vec![Skip {
+            policy: "api".into(),
+            target: target(Kind::Deployment, "shop", "leaky-api"),
+            pods: 3,
+            memory: Some(MemoryReading { pod: "leaky-api-1".into(), usage: 86 << 20, threshold: Some(1 << 30), missing: 0 }),
+            reason: SkipReason::Paused,
+        }],
+        metrics_unavailable: None,
+    };
+    let outcome = |name: &str, status: Status, secs: i64| Outcome {
+        policy: "mcp".into(),
+        target: target(Kind::StatefulSet, "toolhive", name),
+        method: Method::Rollout,
+        status,
+        started: Some(t("2026-12-02T16:20:51Z")),
+        patched_at: Some(t("2026-12-02T16:20:51Z")),
+        completed_at: Some(t("2026-12-02T16:20:51Z") + chrono::Duration::seconds(secs)),
+        finished: Some(t("2026-12-02T16:20:51Z") + chrono::Duration::seconds(secs)),
+        verification: Some("restartedAt intact, 1/1 pods new and ready".into()),
+    };
+    let outcomes = vec![
+        outcome("fetch", Status::Bounced, 9),
+        Outcome { started: None, patched_at: None, completed_at: None, finished: None, verification: None, ..outcome("github", Status::NotAttempted, 0) },
+    ];
+    (plan, outcomes)
+}
+
+#[test]
+fn table_shows_every_row_with_its_decision_and_reason() {
+    let (plan, outcomes) = fixture();
+    let got = table(&build(&plan, Mode::Run, Some(&outcomes)));
+    let want = "\
+POLICY  WORKLOAD                     PODS  MEMORY (MAX POD / THRESHOLD)  TRIGGER  DECISION        REASON
+mcp     statefulset/toolhive/fetch   1     501Mi / 435Mi                 memory   bounced (9.0s)  memory (fetch-0 501Mi > 435Mi); restartedAt intact, 1/1 pods new and ready
+mcp     statefulset/toolhive/github  1     480Mi / 435Mi                 memory   notAttempted    not attempted: an earlier bounce halted the queue
+api     deployment/shop/leaky-api    3     86Mi / 1Gi                    -        skip            deployment is paused
+
+1 bounced, 0 failed, 1 not attempted, 1 skipped
+";
+    assert_eq!(got, want, "\n{got}");
+}
+
+#[test]
+fn plan_table_says_what_would_happen() {
+    let (plan, _) = fixture();
+    let got = table(&build(&plan, Mode::DryRun, None));
+    assert!(got.contains("would bounce #1"), "{got}");
+    assert!(got.contains("would bounce #2"), "{got}");
+    assert!(got.ends_with("2 to bounce, 1 skipped (dry run: nothing was changed)\n"), "{got}");
+}
+
+#[test]
+fn markdown_is_a_table_for_a_pr_comment() {
+    let (plan, outcomes) = fixture();
+    let got = markdown(&build(&plan, Mode::Run, Some(&outcomes)));
+    let want = "\
+### bouncer run (2026-12-02T16:20:51Z)
+
+1 bounced, 0 failed, 1 not attempted, 1 skipped
+
+| # | Policy | Workload | Pods | Memory (max pod / threshold) | Trigger | Decision | Reason |
+|---|---|---|---|---|---|---|---|
+| 1 | mcp | `statefulset/toolhive/fetch` | 1 | 501Mi / 435Mi | memory | **bounced (9.0s)** | memory (fetch-0 501Mi > 435Mi); restartedAt intact, 1/1 pods new and ready |
+| 2 | mcp | `statefulset/toolhive/github` | 1 | 480Mi / 435Mi | memory | **notAttempted** | not attempted: an earlier bounce halted the queue |
+|  | api | `deployment/shop/leaky-api` | 3 | 86Mi / 1Gi | - | **skip** | deployment is paused |
+";
+    assert_eq!(got, want, "\n{got}");
+}
+
+#[test]
+fn json_has_the_documented_stable_fields() {
+    let (plan, outcomes) = fixture();
+    let report = build(&plan, Mode::Run, Some(&outcomes));
+    let v: serde_json::Value = serde_json::from_str(&render(&report, Format::Json, true)).unwrap();
+    assert_eq!(v["apiVersion"], "bouncer.dev/v1alpha1");
+    assert_eq!(v["kind"], "BounceReport");
+    assert_eq!(v["mode"], "run");
+    assert_eq!(v["summary"], serde_json::json!({"planned": 2, "bounced": 1, "failed": 0, "skipped": 1, "notAttempted": 1}));
+    let first = &v["rows"][0];
+    assert_eq!(first["order"], 1);
+    assert_eq!(first["workload"], serde_json::json!({"kind": "StatefulSet", "namespace": "toolhive", "name": "fetch"}));
+    assert_eq!(first["decision"], "bounced");
+    assert_eq!(first["method"], "rollout");
+    assert_eq!(first["durationSeconds"], 9.0);
+    assert_eq!(first["memory"]["usage"], 501u64 << 20);
+    assert_eq!(first["triggers"][0]["type"], "memory");
+    assert_eq!(first["patchedAt"], "2026-12-02T16:20:51Z");
+    let skip = &v["rows"][2];
+    assert_eq!(skip["order"], serde_json::Value::Null);
+    assert_eq!(skip["reasonCode"], "paused");
+    // One line in clusters, where report and JSON logs share the stream.
+    assert_eq!(render(&report, Format::Json, true).lines().count(), 1);
+}
