@@ -2,6 +2,7 @@
 //! read the slim [`wire`] forms the snapshot lists; the few full k8s-openapi objects read one at
 //! a time (fresh reads, watches) are read back into the same slim forms first.
 
+pub mod list;
 pub mod wire;
 
 use std::collections::BTreeMap;

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use futures::AsyncReadExt;
+use futures::AsyncBufReadExt;
 use k8s_metrics::v1beta1::PodMetrics;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -12,6 +12,7 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::consts::EXCLUDE_ANNOTATION;
+use crate::convert::list::ListSplitter;
 use crate::convert::{self, wire};
 use crate::error::ClusterError;
 use crate::model::{
@@ -121,7 +122,7 @@ where
     Ok(out)
 }
 
-/// Every page (of 500) of one LIST, each converted before the next is requested.
+/// Every page (of 500) of one LIST; each object is converted as soon as it has arrived.
 async fn pages<W, T>(
     client: &Client,
     url: &str,
@@ -137,27 +138,39 @@ where
         let request = kube::core::Request::new(url)
             .list(&params)
             .map_err(kube::Error::BuildRequest)?;
-        let page: wire::List<W> = fetch(client, request).await?;
-        out.extend(page.items.into_iter().map(&f));
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+        let page = read_list(client, request, |item: W| out.push(f(item))).await?;
+        match page.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(()),
         }
     }
 }
 
-/// One response, read once into a single buffer and deserialized from it (API errors arrive as
-/// `kube::Error::Api`, as with `Api::list`).
-async fn fetch<T: DeserializeOwned>(
+/// One LIST response, split into items as its bytes arrive, so that memory holds one object at a
+/// time rather than a page (API errors arrive as `kube::Error::Api`, as with `Api::list`).
+async fn read_list<W: DeserializeOwned>(
     client: &Client,
     request: http::Request<Vec<u8>>,
-) -> Result<T, kube::Error> {
-    let mut body = client.request_stream(request).await?;
-    let mut buf = Vec::new();
-    body.read_to_end(&mut buf)
-        .await
-        .map_err(|e| kube::Error::Service(Box::new(e)))?;
-    serde_json::from_slice(&buf).map_err(kube::Error::SerdeError)
+    mut item: impl FnMut(W),
+) -> Result<wire::ListMeta, kube::Error> {
+    let body = client.request_stream(request).await?;
+    let mut body = std::pin::pin!(body);
+    let mut splitter = ListSplitter::default();
+    loop {
+        let chunk = body
+            .fill_buf()
+            .await
+            .map_err(|e| kube::Error::Service(Box::new(e)))?;
+        if chunk.is_empty() {
+            break;
+        }
+        let len = chunk.len();
+        splitter
+            .feed(chunk, &mut item)
+            .map_err(kube::Error::SerdeError)?;
+        body.consume_unpin(len);
+    }
+    splitter.finish().map_err(kube::Error::SerdeError)
 }
 
 fn is_not_found(e: &kube::Error) -> bool {

@@ -62,7 +62,7 @@ pub fn format_bytes(bytes: u64) -> String {
             format!("{value:.1}{unit}")
         }
     };
-    if bytes >= GI && (bytes % GI == 0 || bytes >= 10 * GI) {
+    if bytes >= GI && (bytes.is_multiple_of(GI) || bytes >= 10 * GI) {
         short(bytes as f64 / GI as f64, "Gi")
     } else if bytes >= MI {
         short(bytes as f64 / MI as f64, "Mi")

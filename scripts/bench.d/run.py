@@ -65,7 +65,7 @@ def log(msg):
 
 
 def timed(cmd, stdout=subprocess.DEVNULL, env=None):
-    """(wall seconds, peak RSS KiB) of one command under /usr/bin/time -v."""
+    """(wall seconds, peak RSS KiB, CPU seconds) of one command under /usr/bin/time -v."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
         t0 = time.perf_counter()
         r = subprocess.run(["/usr/bin/time", "-v", "-o", tf.name, *cmd], stdout=stdout, stderr=subprocess.PIPE,
@@ -73,8 +73,10 @@ def timed(cmd, stdout=subprocess.DEVNULL, env=None):
         wall = time.perf_counter() - t0
         if r.returncode != 0:
             raise RuntimeError(f"{cmd[0]} failed (exit {r.returncode}): {r.stderr.decode(errors='replace')[-2000:]}")
-        m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", tf.read())
-        return wall, int(m.group(1))
+        out = tf.read()
+        rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", out).group(1))
+        cpu = sum(float(x) for x in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", out))
+        return wall, rss, cpu
 
 
 class Bench:
@@ -121,6 +123,12 @@ class Bench:
                 counts[(e["verb"], res)] += 1
         return counts
 
+    def serves_policy_v1(self):
+        r = subprocess.run(["curl", "-sS", "--cacert", os.environ["BENCH_CA"], "-o", "/dev/null", "-w", "%{http_code}",
+                            "-H", "Authorization: Bearer " + os.environ["BENCH_TOKEN"], "-A", "bouncer-bench-floor",
+                            os.environ["BENCH_SERVER"] + "/apis/policy/v1"], capture_output=True, check=True)
+        return r.stdout == b"200"
+
     def object_counts(self):
         """Objects per kind as the API server lists them (for the expected page counts)."""
         out = {}
@@ -135,16 +143,18 @@ class Bench:
     def run(self, runs, warmup):
         """Alternating runs; returns {contender: [(wall, rss_kib)]} and bouncer's per-run requests."""
         results = {name: [] for name in self.contenders}
+        walls = {}
         offsets = []
         for i in range(warmup + runs):
             for name, fn in self.contenders.items():
                 if name == "bouncer":
                     offsets.append(self.audit_size())
-                wall, rss = fn()
+                m = fn()
+                walls[name] = m[0]
                 if i >= warmup:
-                    results[name].append((wall, rss))
+                    results[name].append(m)
             log(f"  round {i + 1}/{warmup + runs}" + (" (warm-up)" if i < warmup else "") + ": " +
-                ", ".join(f"{n} {results[n][-1][0]:.2f} s" for n in results if i >= warmup and results[n]))
+                ", ".join(f"{n} {w:.2f} s" for n, w in walls.items()))
         time.sleep(1.5)  # the audit backend writes ResponseComplete after the response
         offsets.append(self.audit_size())
         requests = [self.audit_requests(a, b) for a, b in zip(offsets, offsets[1:])]
@@ -169,24 +179,27 @@ def fmt_mib(kib):
     return f"{kib / 1024:.1f} MiB"
 
 
-def print_table(pods, results, requests, counts, load_s):
-    b, f, d = (results[k] for k in ("bouncer", "floor", "diy"))
-    n = len(b)
+def print_table(pods, results, requests, counts, load_s, load_avg):
+    cols = [results[k] for k in ("bouncer", "floor", "diy")]
+    n = len(cols[0])
     print(f"\n### {pods} pods ({counts['namespaces']} namespaces, {counts['deployments']} Deployments, "
-          f"{counts['statefulsets']} StatefulSets, {counts['pods.metrics.k8s.io']} PodMetrics; "
-          f"load {load_s:.0f} s; median of {n})\n")
-    print("| metric            | bouncer plan | raw LISTs (curl, sequential) | kubectl + jq (DIY) |")
-    print("|-------------------|--------------|------------------------------|--------------------|")
-    print(f"| wall time         | {med([x[0] for x in b]):9.2f} s  | {med([x[0] for x in f]):25.2f} s  "
-          f"| {med([x[0] for x in d]):15.2f} s  |")
-    print(f"| wall time min-max | {min(x[0] for x in b):.2f}-{max(x[0] for x in b):.2f} s  "
-          f"| {min(x[0] for x in f):22.2f}-{max(x[0] for x in f):.2f} s  "
-          f"| {min(x[0] for x in d):12.2f}-{max(x[0] for x in d):.2f} s  |")
-    print(f"| peak RSS          | {fmt_mib(med([x[1] for x in b])):>12} | {fmt_mib(med([x[1] for x in f])):>28} "
-          f"| {fmt_mib(med([x[1] for x in d])):>18} |")
-    total = [sum(r.values()) for r in requests]
-    kinds = len(KINDS)
-    print(f"| API requests      | {med(total):12.0f} | {kinds:>28} | {2:>18} |")
+          f"{counts['replicasets']} ReplicaSets, {counts['statefulsets']} StatefulSets, "
+          f"{counts['pods.metrics.k8s.io']} PodMetrics; loaded in {load_s:.0f} s; median of {n}; "
+          f"load average {load_avg})\n")
+    rows = [
+        ("", ["bouncer plan", "raw LISTs (curl, sequential)", "kubectl + jq (DIY)"]),
+        ("wall time", [f"{med([x[0] for x in c]):.2f} s" for c in cols]),
+        ("wall min-max", [f"{min(x[0] for x in c):.2f}-{max(x[0] for x in c):.2f} s" for c in cols]),
+        ("peak RSS", [fmt_mib(med([x[1] for x in c])) for c in cols]),
+        ("client CPU", [f"{med([x[2] for x in c]):.2f} s" for c in cols]),
+        ("API requests", [f"{med([sum(r.values()) for r in requests]):.0f}", str(len(KINDS)), "2"]),
+    ]
+    widths = [max(len(r[0]) for r in rows)] + [max(len(r[1][i]) for r in rows) for i in range(3)]
+    for j, (label, cells) in enumerate(rows):
+        print("| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                for i, (c, w) in enumerate(zip([label, *cells], widths))) + " |")
+        if j == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     print()
     per = collections.Counter()
     for r in requests:
@@ -197,13 +210,17 @@ def print_table(pods, results, requests, counts, load_s):
         print(f"  {verb:5} {res:28} {c / len(requests):6.1f}")
 
 
-def expected_lists(counts):
-    return {("list", k): max(1, math.ceil(n / PAGE)) for k, n in counts.items()}
+def expected_lists(counts, pdb_probe):
+    want = {("list", k): max(1, math.ceil(n / PAGE)) for k, n in counts.items()}
+    # Servers before v1.21 serve PodDisruptionBudgets only as policy/v1beta1: one 404 from
+    # policy/v1 first.
+    want[("list", "poddisruptionbudgets")] += pdb_probe
+    return want
 
 
-def check_requests(requests, counts):
+def check_requests(requests, counts, pdb_probe):
     """Problems with bouncer's requests: anything but one LIST per kind per page of 500."""
-    want = expected_lists(counts)
+    want = expected_lists(counts, pdb_probe)
     problems = []
     for i, r in enumerate(requests):
         if dict(r) != want:
@@ -229,23 +246,25 @@ def main():
                            stdout=subprocess.PIPE, check=True)
         load = json.loads(r.stdout)
         counts = bench.object_counts()
+        pdb_probe = 0 if bench.serves_policy_v1() else 1
         log(f"loaded in {load['seconds']} s; running {args.warmup} warm-up + {args.runs} rounds")
+        load_avg = " ".join(f"{x:.1f}" for x in os.getloadavg())
         results, requests = bench.run(args.runs, args.warmup)
-        print_table(load["pods"], results, requests, counts, load["seconds"])
+        print_table(load["pods"], results, requests, counts, load["seconds"], load_avg)
         planned, diy_workloads, diy_pods = bench.decisions()
         print(f"decisions: bouncer plans {planned} bounces; the DIY script finds {diy_pods} pods over 85% "
               f"in {diy_workloads} workloads" + ("" if planned == diy_workloads else "  <-- MISMATCH"))
         if planned != diy_workloads or planned == 0:
             failed.append(f"{size} pods: bouncer planned {planned}, DIY found {diy_workloads} workloads")
-        failed += [f"{size} pods: {p}" for p in check_requests(requests, counts)]
+        failed += [f"{size} pods: {p}" for p in check_requests(requests, counts, pdb_probe)]
         scale.append((load["pods"], results))
     if len(scale) > 1:
         print("\n### scaling (medians)\n")
-        print("| pods   | bouncer wall | bouncer RSS | RSS / 1k pods | floor wall | DIY wall | DIY RSS    |")
-        print("|--------|--------------|-------------|---------------|------------|----------|------------|")
+        print("| pods   | bouncer wall | bouncer RSS | bouncer CPU | floor wall | DIY wall | DIY RSS    |")
+        print("|--------|--------------|-------------|-------------|------------|----------|------------|")
         for pods, res in scale:
             bw, br = med([x[0] for x in res["bouncer"]]), med([x[1] for x in res["bouncer"]])
-            print(f"| {pods:6} | {bw:10.2f} s | {fmt_mib(br):>11} | {fmt_mib(br * 1000 / pods):>13} | "
+            print(f"| {pods:6} | {bw:10.2f} s | {fmt_mib(br):>11} | {med([x[2] for x in res['bouncer']]):9.2f} s | "
                   f"{med([x[0] for x in res['floor']]):8.2f} s | {med([x[0] for x in res['diy']]):6.2f} s | "
                   f"{fmt_mib(med([x[1] for x in res['diy']])):>10} |")
     size = os.path.getsize(os.environ["BENCH_BOUNCER"])

@@ -23,16 +23,7 @@ pub fn reread<T: DeserializeOwned>(full: &impl Serialize) -> T {
         .expect("a k8s-openapi object reads back as its slim wire form")
 }
 
-/// One page of a LIST.
-#[derive(Debug, Deserialize)]
-#[serde(bound(deserialize = "T: Deserialize<'de>"))]
-pub struct List<T> {
-    #[serde(default)]
-    pub metadata: ListMeta,
-    #[serde(default = "Vec::new", deserialize_with = "nullable")]
-    pub items: Vec<T>,
-}
-
+/// The metadata of a LIST page (its items are read one by one, see [`super::list`]).
 #[derive(Debug, Default, Deserialize)]
 pub struct ListMeta {
     #[serde(rename = "continue")]
@@ -409,26 +400,21 @@ mod tests {
     }
 
     #[test]
-    fn lists_metrics_and_pdbs_read_from_api_json() {
-        let page: List<PodMetrics> = serde_json::from_value(json!({
-            "apiVersion": "metrics.k8s.io/v1beta1", "kind": "PodMetricsList",
-            "metadata": {"resourceVersion": "7", "continue": "next"},
-            "items": [{"metadata": {"name": "p", "namespace": "n"}, "timestamp": "2024-05-01T10:00:00Z",
-                       "window": "30s", "containers": [{"name": "app", "usage": {"cpu": "1m", "memory": "1024Ki"}}]}]
+    fn metrics_and_pdbs_read_from_api_json() {
+        let metrics: PodMetrics = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "n"}, "timestamp": "2024-05-01T10:00:00Z", "window": "30s",
+            "containers": [{"name": "app", "usage": {"cpu": "1m", "memory": "1024Ki"}}, {"name": "x", "usage": {}}]
         }))
         .unwrap();
-        assert_eq!(page.metadata.continue_.as_deref(), Some("next"));
         assert_eq!(
-            page.items[0].containers[0]
+            metrics.containers[0]
                 .usage
                 .memory
                 .as_ref()
                 .map(|q| q.0.as_str()),
             Some("1024Ki")
         );
-        let empty: List<Pod> =
-            serde_json::from_value(json!({"metadata": {}, "items": null})).unwrap();
-        assert!(empty.items.is_empty() && empty.metadata.continue_.is_none());
+        assert!(metrics.containers[1].usage.memory.is_none());
         let pdb: PodDisruptionBudget = serde_json::from_value(json!({
             "metadata": {"name": "web", "namespace": "shop"},
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}},

@@ -178,7 +178,7 @@ async fn plan_and_dry_run_make_zero_writes() {
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client.clone(), ns.name());
     assert!(leases.list(&ListParams::default()).await.unwrap().items.is_empty(), "no lease taken");
     if let Some(mark) = audit_mark {
-        let (reads, writes) = audit_requests_since(mark);
+        let (reads, writes) = audit_requests_since(mark, ns.name());
         assert!(reads > 0, "the audit log shows bouncer's reads");
         assert_eq!(writes, Vec::<String>::new(), "bouncer made write requests");
     }
@@ -206,8 +206,9 @@ fn audit_len() -> Option<u64> {
     audit_log().and_then(|p| std::fs::metadata(p).ok()).map(|m| m.len())
 }
 
-/// (read requests, write requests as "verb uri") made by bouncer's user agent after `mark`.
-pub fn audit_requests_since(mark: u64) -> (usize, Vec<String>) {
+/// (read requests, write requests as "verb uri") made by bouncer's user agent after `mark` in
+/// namespace `ns` (other tests run bouncer at the same time, elsewhere).
+pub fn audit_requests_since(mark: u64, ns: &str) -> (usize, Vec<String>) {
     use std::io::{Read, Seek, SeekFrom};
     let mut file = std::fs::File::open(audit_log().unwrap()).unwrap();
     file.seek(SeekFrom::Start(mark)).unwrap();
@@ -218,6 +219,11 @@ pub fn audit_requests_since(mark: u64) -> (usize, Vec<String>) {
     for line in text.lines() {
         let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else { continue };
         if !event["userAgent"].as_str().is_some_and(|ua| ua.starts_with("bouncer/")) {
+            continue;
+        }
+        // Plan-time LISTs span all namespaces (no namespace in objectRef); writes are namespaced.
+        let namespace = event["objectRef"]["namespace"].as_str();
+        if namespace.is_some_and(|n| n != ns) {
             continue;
         }
         match event["verb"].as_str().unwrap_or_default() {

@@ -404,8 +404,9 @@ fn eviction_answers(mark: u64, ns: &str) -> Vec<(String, i64)> {
 
 /// The eviction path under a PodDisruptionBudget that allows no disruption (the planner does not
 /// gate `onRevert: evict`, the Eviction API does): a 429 is retried until the bounce's timeout,
-/// then the bounce fails naming the budget's answer; on the next run the budget is relaxed while
-/// bouncer retries, and the evictions go through one at a time.
+/// then the bounce fails as refused (in time, whatever the client retries by itself); on the
+/// next run the budget is relaxed while bouncer retries, and the evictions go through one at a
+/// time.
 #[tokio::test]
 async fn pdb_refusals_are_retried_until_the_budget_allows_or_the_timeout() {
     let client = client().await;
