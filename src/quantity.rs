@@ -1,52 +1,74 @@
 //! Kubernetes resource quantities ("1536Mi", "2G", "1.5Gi", "129e6") as whole bytes.
 
-/// Parses a quantity into bytes, rounding fractions up (as the API server does for memory).
+/// Bytes in a Kubernetes quantity: binary suffixes Ki..Ei, decimal m, k, M..E, exponents e/E, or
+/// none. Fractional bytes round up (a threshold never moves below what was written).
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let s = text.trim();
-    if s.is_empty() {
-        return Err("empty quantity".into());
-    }
+    let s = s.strip_prefix('+').unwrap_or(s);
     if s.starts_with('-') {
-        return Err(format!("{text:?} is negative"));
+        return Err("must not be negative".into());
     }
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+'))
+    let number_len = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(s.len());
-    let (number, suffix) = s.split_at(split);
-    let (number, exponent) = match suffix.strip_prefix(['e', 'E']) {
-        Some(exp) if !exp.is_empty() => {
-            let exp: i32 = exp.parse().map_err(|_| format!("{text:?}: bad exponent"))?;
-            (number, Some(exp))
-        }
-        _ => (number, None),
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a quantity (e.g. 512Mi, 2Gi, 1G)"))?;
-    let multiplier = match (exponent, suffix) {
-        (Some(exp), _) => 10f64.powi(exp),
-        (None, "") => 1.0,
-        (None, "Ki") => 1024.0,
-        (None, "Mi") => 1024f64.powi(2),
-        (None, "Gi") => 1024f64.powi(3),
-        (None, "Ti") => 1024f64.powi(4),
-        (None, "Pi") => 1024f64.powi(5),
-        (None, "Ei") => 1024f64.powi(6),
-        (None, "k") => 1e3,
-        (None, "M") => 1e6,
-        (None, "G") => 1e9,
-        (None, "T") => 1e12,
-        (None, "P") => 1e15,
-        (None, "E") => 1e18,
-        // Milli-bytes appear in metrics for odd averages; they round up to whole bytes.
-        (None, "m") => 1e-3,
-        (None, other) => return Err(format!("{text:?}: unknown suffix {other:?}")),
-    };
-    let bytes = (value * multiplier).ceil();
-    if !bytes.is_finite() || bytes > u64::MAX as f64 {
-        return Err(format!("{text:?} is too large"));
+    let (number, suffix) = s.split_at(number_len);
+    let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
+    if int_part.is_empty() && frac_part.is_empty() || frac_part.contains('.') {
+        return Err(
+            "expected a number followed by an optional suffix (Ki, Mi, Gi, k, M, G, ...)".into(),
+        );
     }
-    Ok(bytes as u64)
+    // value = mantissa * 2^bin * 10^dec, with the fraction folded into dec.
+    let (bin, dec): (u32, i64) = match suffix {
+        "" => (0, 0),
+        "Ki" => (10, 0),
+        "Mi" => (20, 0),
+        "Gi" => (30, 0),
+        "Ti" => (40, 0),
+        "Pi" => (50, 0),
+        "Ei" => (60, 0),
+        "m" => (0, -3),
+        "k" => (0, 3),
+        "M" => (0, 6),
+        "G" => (0, 9),
+        "T" => (0, 12),
+        "P" => (0, 15),
+        "E" => (0, 18),
+        _ => match suffix.strip_prefix(['e', 'E']).map(str::parse::<i64>) {
+            Some(Ok(exp)) if exp.abs() <= 1000 => (0, exp),
+            _ => {
+                return Err(format!(
+                    "unknown suffix {suffix:?} (use Ki, Mi, Gi, Ti, k, M, G, T or e<N>)"
+                ));
+            }
+        },
+    };
+    let digits = format!("{int_part}{frac_part}");
+    let digits = digits.trim_start_matches('0');
+    if digits.is_empty() {
+        return Ok(0);
+    }
+    let too_large = || "too large".to_string();
+    if digits.len() > 38 {
+        return Err(too_large());
+    }
+    let mantissa: u128 = digits.parse().map_err(|_| too_large())?;
+    let scaled = mantissa.checked_mul(1u128 << bin).ok_or_else(too_large)?;
+    let dec = dec - frac_part.len() as i64;
+    let bytes = if dec >= 0 {
+        let factor = u32::try_from(dec)
+            .ok()
+            .and_then(|d| 10u128.checked_pow(d))
+            .ok_or_else(too_large)?;
+        scaled.checked_mul(factor).ok_or_else(too_large)?
+    } else {
+        match u32::try_from(-dec).ok().and_then(|d| 10u128.checked_pow(d)) {
+            Some(divisor) => scaled.div_ceil(divisor),
+            // Smaller than any u128 divisor can express: a positive amount under one byte.
+            None => 1,
+        }
+    };
+    u64::try_from(bytes).map_err(|_| too_large())
 }
 
 /// Bytes as a short binary quantity for reports: "2Gi", "12.5Gi", "1544Mi", "86.3Mi", "640Ki".
@@ -78,29 +100,47 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_the_forms_kubernetes_writes() {
-        for (text, bytes) in [
+    fn quantities_in_bytes() {
+        let cases: &[(&str, u64)] = &[
             ("0", 0),
+            ("1073741824", 1 << 30),
             ("1536Mi", 1536 << 20),
             ("2Gi", 2 << 30),
             ("1.5Gi", 3 << 29),
+            ("64Ki", 64 << 10),
+            ("1Ti", 1 << 40),
+            ("1Ei", 1 << 60),
             ("500M", 500_000_000),
-            ("129e6", 129_000_000),
-            ("1E3", 1000),
-            ("64Ki", 65536),
+            ("1G", 1_000_000_000),
             ("1k", 1000),
+            ("1e9", 1_000_000_000),
+            ("1E3", 1000),
+            ("2.5e3", 2500),
+            ("1.5", 2),
+            ("100m", 1),
             ("1500m", 2),
-            ("12345", 12345),
-        ] {
-            assert_eq!(parse_bytes(text), Ok(bytes), "{text}");
+            ("0.1Ki", 103),
+            ("+1Mi", 1 << 20),
+            ("007", 7),
+            (".5k", 500),
+            ("1e-50", 1),
+            (" 1Gi ", 1 << 30),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_bytes(text), Ok(*want), "{text}");
         }
     }
 
     #[test]
-    fn rejects_garbage() {
-        for text in ["", "-1Mi", "Mi", "12XB", "1.2.3Gi", "1e"] {
-            assert!(parse_bytes(text).is_err(), "{text} should be rejected");
+    fn bad_quantities_are_rejected() {
+        for text in [
+            "", "-1Gi", "-0", "Gi", "1GB", "1gi", "1.2.3", "1 Gi", "1e", "1e1.5", "abc", "16Ei",
+            "1e30",
+        ] {
+            assert!(parse_bytes(text).is_err(), "{text:?} should be rejected");
         }
+        assert_eq!(parse_bytes("-1").unwrap_err(), "must not be negative");
+        assert!(parse_bytes("1GB").unwrap_err().contains("\"GB\""));
     }
 
     #[test]

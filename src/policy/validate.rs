@@ -11,8 +11,8 @@ use serde_yaml_ng::Value;
 
 use super::raw::{
     RawMemory, RawPolicy, RawRestart, RawSchedule, RawSelector, RawTarget, RawWindow,
-    parse_quantity,
 };
+use crate::quantity::parse_bytes as parse_quantity;
 use super::selector::{
     dns1123_label_problem, dns1123_subdomain_problem, label_key_problem, label_value_problem,
 };
