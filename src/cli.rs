@@ -9,7 +9,11 @@ use serde::Deserialize;
 use crate::report::Format;
 
 #[derive(Debug, Parser)]
-#[command(name = "bouncer", version, about = "Bounces leaky Kubernetes workloads one at a time, the way kubectl rollout restart does, and proves it.")]
+#[command(
+    name = "bouncer",
+    version,
+    about = "Bounces leaky Kubernetes workloads one at a time, the way kubectl rollout restart does, and proves it."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -98,10 +102,14 @@ pub struct Env {
 
 impl Env {
     pub fn from_env() -> Result<Env, String> {
-        envy::prefixed("BOUNCER_").from_env::<Env>().map_err(|e| match e {
-            envy::Error::Custom(msg) => format!("invalid BOUNCER_* environment variable: {msg}"),
-            envy::Error::MissingValue(v) => format!("missing BOUNCER_{}", v.to_uppercase()),
-        })
+        envy::prefixed("BOUNCER_")
+            .from_env::<Env>()
+            .map_err(|e| match e {
+                envy::Error::Custom(msg) => {
+                    format!("invalid BOUNCER_* environment variable: {msg}")
+                }
+                envy::Error::MissingValue(v) => format!("missing BOUNCER_{}", v.to_uppercase()),
+            })
     }
 }
 
@@ -125,7 +133,8 @@ pub struct Settings {
 fn duration(var: &str, value: Option<String>, default: Duration) -> Result<Duration, String> {
     match value {
         None => Ok(default),
-        Some(v) => humantime::parse_duration(&v).map_err(|e| format!("{var}: {v:?} is not a duration (e.g. 10m): {e}")),
+        Some(v) => humantime::parse_duration(&v)
+            .map_err(|e| format!("{var}: {v:?} is not a duration (e.g. 10m): {e}")),
     }
 }
 
@@ -138,14 +147,20 @@ impl Settings {
         }
         let rollout_timeout = match flags.rollout_timeout {
             Some(d) => d,
-            None => duration("BOUNCER_ROLLOUT_TIMEOUT", env.rollout_timeout, Duration::from_secs(600))?,
+            None => duration(
+                "BOUNCER_ROLLOUT_TIMEOUT",
+                env.rollout_timeout,
+                Duration::from_secs(600),
+            )?,
         };
         if rollout_timeout.is_zero() {
             return Err("--rollout-timeout / BOUNCER_ROLLOUT_TIMEOUT: must be positive".into());
         }
         Ok(Settings {
             policies: if flags.policies.is_empty() {
-                env.policies.filter(|p| !p.is_empty()).unwrap_or_else(|| vec![PathBuf::from("policies")])
+                env.policies
+                    .filter(|p| !p.is_empty())
+                    .unwrap_or_else(|| vec![PathBuf::from("policies")])
             } else {
                 flags.policies
             },
@@ -160,12 +175,22 @@ impl Settings {
             max_bounces,
             output: flags.output.or(env.output).unwrap_or(Format::Table),
             report: flags.report.or(env.report),
-            log_format: flags.log_format.or(env.log_format).unwrap_or(LogFormat::Text),
+            log_format: flags
+                .log_format
+                .or(env.log_format)
+                .unwrap_or(LogFormat::Text),
             rollout_timeout,
             lease_namespace: flags.lease_namespace.or(env.lease_namespace),
-            lease_name: flags.lease_name.or(env.lease_name).unwrap_or_else(|| "bouncer".into()),
+            lease_name: flags
+                .lease_name
+                .or(env.lease_name)
+                .unwrap_or_else(|| "bouncer".into()),
             dry_run: dry_run_flag || env.dry_run.unwrap_or(false),
-            verify_settle: duration("BOUNCER_VERIFY_SETTLE", env.verify_settle, Duration::from_secs(2))?,
+            verify_settle: duration(
+                "BOUNCER_VERIFY_SETTLE",
+                env.verify_settle,
+                Duration::from_secs(2),
+            )?,
         })
     }
 }
@@ -176,22 +201,42 @@ mod tests {
 
     #[test]
     fn flags_win_over_env_and_env_over_defaults() {
-        let env = Env { max_bounces: Some(3), rollout_timeout: Some("2m".into()), ..Default::default() };
+        let env = Env {
+            max_bounces: Some(3),
+            rollout_timeout: Some("2m".into()),
+            ..Default::default()
+        };
         let s = Settings::merge(Flags::default(), env, false).unwrap();
         assert_eq!(s.max_bounces, 3);
         assert_eq!(s.rollout_timeout, Duration::from_secs(120));
         assert_eq!(s.policies, vec![PathBuf::from("policies")]);
-        let flags = Flags { max_bounces: Some(1), ..Default::default() };
-        let env = Env { max_bounces: Some(3), ..Default::default() };
+        let flags = Flags {
+            max_bounces: Some(1),
+            ..Default::default()
+        };
+        let env = Env {
+            max_bounces: Some(3),
+            ..Default::default()
+        };
         assert_eq!(Settings::merge(flags, env, false).unwrap().max_bounces, 1);
     }
 
     #[test]
     fn bad_settings_name_the_variable() {
-        let env = Env { rollout_timeout: Some("soon".into()), ..Default::default() };
+        let env = Env {
+            rollout_timeout: Some("soon".into()),
+            ..Default::default()
+        };
         let err = Settings::merge(Flags::default(), env, false).unwrap_err();
         assert!(err.contains("BOUNCER_ROLLOUT_TIMEOUT"), "{err}");
-        let env = Env { max_bounces: Some(0), ..Default::default() };
-        assert!(Settings::merge(Flags::default(), env, false).unwrap_err().contains("BOUNCER_MAX_BOUNCES"));
+        let env = Env {
+            max_bounces: Some(0),
+            ..Default::default()
+        };
+        assert!(
+            Settings::merge(Flags::default(), env, false)
+                .unwrap_err()
+                .contains("BOUNCER_MAX_BOUNCES")
+        );
     }
 }

@@ -11,7 +11,11 @@ pub const FIELD_MANAGER: &str = "bouncer";
 /// The Deployment Progressing condition reason that means the rollout failed.
 pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
 /// Controllers whose template writes are expected after a bounce (not a revert).
-pub const BUILTIN_MANAGERS: &[&str] = &["kube-controller-manager", "deployment-controller", "kube-apiserver"];
+pub const BUILTIN_MANAGERS: &[&str] = &[
+    "kube-controller-manager",
+    "deployment-controller",
+    "kube-apiserver",
+];
 /// Event reasons.
 pub const REASON_BOUNCED: &str = "Bounced";
 pub const REASON_FAILED: &str = "BounceFailed";

@@ -24,8 +24,16 @@ fn api_version(kind: Kind) -> &'static str {
 
 /// Records an Event on the workload. Best effort: a failure is logged, never fatal, because the
 /// bounce itself already happened (or failed) and the report says so.
-pub async fn emit(client: &Client, target: &WorkloadRef, reason: &str, note: &str, severity: Severity, now: DateTime<Utc>) {
-    let micros = k8s_openapi::jiff::Timestamp::from_microsecond(now.timestamp_micros()).unwrap_or_default();
+pub async fn emit(
+    client: &Client,
+    target: &WorkloadRef,
+    reason: &str,
+    note: &str,
+    severity: Severity,
+    now: DateTime<Utc>,
+) {
+    let micros =
+        k8s_openapi::jiff::Timestamp::from_microsecond(now.timestamp_micros()).unwrap_or_default();
     let event = Event {
         metadata: ObjectMeta {
             generate_name: Some(format!("{}.bouncer-", target.name)),

@@ -40,7 +40,10 @@ pub enum Status {
 
 impl Status {
     pub fn halts(&self) -> bool {
-        matches!(self, Status::Reverted { .. } | Status::Failed(_) | Status::Interrupted)
+        matches!(
+            self,
+            Status::Reverted { .. } | Status::Failed(_) | Status::Interrupted
+        )
     }
 
     pub fn code(&self) -> &'static str {
@@ -134,7 +137,11 @@ impl Executor<'_> {
         let now = (self.clock)();
         let recheck = plan::identity_gates(policy, &fresh, self.excluded_namespaces)
             .and_then(|()| {
-                if fresh.restarted_at != b.seen_restarted_at { Err(SkipReason::RestartedMeanwhile) } else { Ok(()) }
+                if fresh.restarted_at != b.seen_restarted_at {
+                    Err(SkipReason::RestartedMeanwhile)
+                } else {
+                    Ok(())
+                }
             })
             .and_then(|()| plan::cooldown(policy, &fresh, now))
             .and_then(|()| plan::preflight(policy, &fresh, self.pdbs));
@@ -153,7 +160,8 @@ impl Executor<'_> {
             Method::Rollout => self.rollout(b, &fresh, timeout, out).await,
             Method::Evict => match self.evict_all(&fresh, timeout, out).await {
                 Ok(Step::Done(())) => {
-                    out.verification = Some(format!("{} pods replaced one at a time", fresh.pods.len()));
+                    out.verification =
+                        Some(format!("{} pods replaced one at a time", fresh.pods.len()));
                     Status::Bounced
                 }
                 Ok(Step::Stopped) => Status::Interrupted,
@@ -163,21 +171,51 @@ impl Executor<'_> {
         let now = (self.clock)();
         match &out.status {
             Status::Bounced => {
-                let note = format!("restarted by policy {} ({})", b.policy, out.verification.as_deref().unwrap_or("verified"));
-                events::emit(&self.client, &b.target, REASON_BOUNCED, &note, Severity::Normal, now).await;
+                let note = format!(
+                    "restarted by policy {} ({})",
+                    b.policy,
+                    out.verification.as_deref().unwrap_or("verified")
+                );
+                events::emit(
+                    &self.client,
+                    &b.target,
+                    REASON_BOUNCED,
+                    &note,
+                    Severity::Normal,
+                    now,
+                )
+                .await;
             }
             Status::Failed(why) => {
-                events::emit(&self.client, &b.target, REASON_FAILED, why, Severity::Warning, now).await;
+                events::emit(
+                    &self.client,
+                    &b.target,
+                    REASON_FAILED,
+                    why,
+                    Severity::Warning,
+                    now,
+                )
+                .await;
             }
             _ => {}
         }
     }
 
     async fn read(&self, target: &WorkloadRef) -> Result<Workload, String> {
-        with_retries(&format!("read {target}"), || read_workload(&self.client, target)).await.map_err(|e| e.to_string())
+        with_retries(&format!("read {target}"), || {
+            read_workload(&self.client, target)
+        })
+        .await
+        .map_err(|e| e.to_string())
     }
 
-    async fn rollout(&mut self, b: &Bounce, fresh: &Workload, timeout: Duration, out: &mut Outcome) -> Status {
+    async fn rollout(
+        &mut self,
+        b: &Bounce,
+        fresh: &Workload,
+        timeout: Duration,
+        out: &mut Outcome,
+    ) -> Status {
         let old: BTreeSet<String> = fresh.pods.iter().map(|p| p.uid.clone()).collect();
         let at = (self.clock)();
         out.patched_at = Some(at);
@@ -186,7 +224,9 @@ impl Executor<'_> {
             Err(e) => return Status::Failed(e.to_string()),
         };
         tracing::info!(workload = %b.target, "patched kubectl.kubernetes.io/restartedAt={written}; waiting for the rollout");
-        let waited = self.until_stopped(rollout::wait(&self.client, &b.target, timeout)).await;
+        let waited = self
+            .until_stopped(rollout::wait(&self.client, &b.target, timeout))
+            .await;
         match waited {
             Step::Stopped => return Status::Interrupted,
             Step::Done(Err(e)) => return Status::Failed(e.to_string()),
@@ -206,12 +246,16 @@ impl Executor<'_> {
         };
         match verify::check(&after, &written, at, &old) {
             Verdict::Verified { pods } => {
-                out.verification = Some(format!("restartedAt intact, {pods}/{pods} pods new and ready"));
+                out.verification = Some(format!(
+                    "restartedAt intact, {pods}/{pods} pods new and ready"
+                ));
                 Status::Bounced
             }
             Verdict::Incomplete { detail } => {
                 out.verification = Some(detail.clone());
-                Status::Failed(format!("rollout completed but verification failed: {detail}"))
+                Status::Failed(format!(
+                    "rollout completed but verification failed: {detail}"
+                ))
             }
             Verdict::Reverted { found } => self.reverted(b, &after, at, found, timeout, out).await,
         }
@@ -230,16 +274,30 @@ impl Executor<'_> {
         let by = reverters.to_string();
         let managers = reverters.managers;
         let found = found.unwrap_or_else(|| "removed".into());
-        let note = format!("restartedAt was reverted by {by} (now: {found}); onRevert: {:?}", b.on_revert);
+        let note = format!(
+            "restartedAt was reverted by {by} (now: {found}); onRevert: {:?}",
+            b.on_revert
+        );
         out.verification = Some(note.clone());
         tracing::warn!(workload = %b.target, "{note}");
-        events::emit(&self.client, &b.target, REASON_REVERTED, &note, Severity::Warning, (self.clock)()).await;
+        events::emit(
+            &self.client,
+            &b.target,
+            REASON_REVERTED,
+            &note,
+            Severity::Warning,
+            (self.clock)(),
+        )
+        .await;
         if b.on_revert == OnRevert::Fail {
             return Status::Reverted { managers };
         }
         match self.evict_all(after, timeout, out).await {
             Ok(Step::Done(())) => {
-                out.verification = Some(format!("{note}; {} pods evicted one at a time", after.pods.len()));
+                out.verification = Some(format!(
+                    "{note}; {} pods evicted one at a time",
+                    after.pods.len()
+                ));
                 Status::RevertedEvicted { managers }
             }
             Ok(Step::Stopped) => Status::Interrupted,
@@ -248,10 +306,17 @@ impl Executor<'_> {
     }
 
     /// Evicts the workload's pods one at a time, each followed by a wait for its replacement.
-    async fn evict_all(&mut self, w: &Workload, timeout: Duration, out: &mut Outcome) -> Result<Step<()>, String> {
-        let version = with_retries("discover the Eviction API", || restart::eviction_version(&self.client))
-            .await
-            .map_err(|e| format!("API discovery failed: {e}"))?;
+    async fn evict_all(
+        &mut self,
+        w: &Workload,
+        timeout: Duration,
+        out: &mut Outcome,
+    ) -> Result<Step<()>, String> {
+        let version = with_retries("discover the Eviction API", || {
+            restart::eviction_version(&self.client)
+        })
+        .await
+        .map_err(|e| format!("API discovery failed: {e}"))?;
         let deadline = tokio::time::Instant::now() + timeout;
         let mut pods: Vec<_> = w.pods.iter().filter(|p| !p.deleting).collect();
         pods.sort_by(|a, b| a.name.cmp(&b.name));
@@ -261,12 +326,28 @@ impl Executor<'_> {
             tracing::info!(workload = %w.target, "evicting pod {} ({version})", pod.name);
             out.patched_at.get_or_insert_with(self.clock);
             let ns = w.target.namespace.as_str();
-            let step = self.until_stopped(restart::evict(&self.client, ns, &pod.name, version, deadline)).await;
+            let step = self
+                .until_stopped(restart::evict(
+                    &self.client,
+                    ns,
+                    &pod.name,
+                    version,
+                    deadline,
+                ))
+                .await;
             match step {
                 Step::Stopped => return Ok(Step::Stopped),
                 Step::Done(r) => r.map_err(|e| e.to_string())?,
             }
-            let replaced = restart::wait_replaced(&self.client, ns, &pod.uid, selector, &pod.name, want, deadline);
+            let replaced = restart::wait_replaced(
+                &self.client,
+                ns,
+                &pod.uid,
+                selector,
+                &pod.name,
+                want,
+                deadline,
+            );
             match self.until_stopped(replaced).await {
                 Step::Stopped => return Ok(Step::Stopped),
                 Step::Done(r) => r.map_err(|e| e.to_string())?,

@@ -78,10 +78,11 @@ fn rs_owner(rs: wire::ReplicaSet) -> ((String, String), Option<String>) {
     )
 }
 
-/// Working set per (namespace, pod) -> container -> bytes.
-type Usage = BTreeMap<(String, String), BTreeMap<String, u64>>;
+/// Working set per (namespace, pod) -> (container, bytes); a pod has a container or two, for
+/// which a list is a fraction of the size of a map.
+type Usage = BTreeMap<(String, String), Vec<(String, u64)>>;
 
-fn metrics_entry(m: wire::PodMetrics) -> ((String, String), BTreeMap<String, u64>) {
+fn metrics_entry(m: wire::PodMetrics) -> ((String, String), Vec<(String, u64)>) {
     let containers = m
         .containers
         .into_iter()
@@ -299,7 +300,10 @@ fn with_usage(mut sample: PodSample, namespace: &str, usage: &Usage) -> PodSampl
     if let Some(containers) = usage.get(&(namespace.to_string(), sample.name.clone())) {
         sample.has_metrics = true;
         for c in &mut sample.containers {
-            c.usage = containers.get(&c.name).copied();
+            c.usage = containers
+                .iter()
+                .find(|(name, _)| *name == c.name)
+                .map(|(_, bytes)| *bytes);
         }
     }
     sample

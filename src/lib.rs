@@ -56,9 +56,12 @@ fn clock() -> DateTime<Utc> {
 }
 
 fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("BOUNCER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,tower=warn,hyper=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BOUNCER_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,kube=warn,tower=warn,hyper=warn")
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.with_target(false).compact().try_init(),
@@ -78,11 +81,18 @@ pub async fn main(cli: Cli, env: Env, host: String) -> ExitStatus {
     init_logging(settings.log_format);
     match cli.command {
         Command::Schema => {
-            println!("{}", serde_json::to_string_pretty(&policy::json_schema()).expect("schema serializes"));
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&policy::json_schema()).expect("schema serializes")
+            );
             ExitStatus::Ok
         }
         Command::Validate { paths } => {
-            let paths = if paths.is_empty() { settings.policies.clone() } else { paths };
+            let paths = if paths.is_empty() {
+                settings.policies.clone()
+            } else {
+                paths
+            };
             match policy::load_paths(&paths) {
                 Ok(policies) => {
                     let names: Vec<&str> = policies.iter().map(|p| p.name.as_str()).collect();
@@ -97,21 +107,35 @@ pub async fn main(cli: Cli, env: Env, host: String) -> ExitStatus {
         }
         Command::Plan => plan_and_run(&settings, Mode::Plan, &host).await,
         Command::Run { .. } => {
-            let mode = if settings.dry_run { Mode::DryRun } else { Mode::Run };
+            let mode = if settings.dry_run {
+                Mode::DryRun
+            } else {
+                Mode::Run
+            };
             plan_and_run(&settings, mode, &host).await
         }
     }
 }
 
 async fn client(context: Option<&str>) -> Result<(Client, String), ClusterError> {
-    let options = kube::config::KubeConfigOptions { context: context.map(str::to_string), ..Default::default() };
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..Default::default()
+    };
     let config = match context {
-        Some(_) => kube::Config::from_kubeconfig(&options).await.map_err(|e| ClusterError::Config(e.to_string()))?,
-        None => kube::Config::infer().await.map_err(|e| ClusterError::Config(e.to_string()))?,
+        Some(_) => kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| ClusterError::Config(e.to_string()))?,
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| ClusterError::Config(e.to_string()))?,
     };
     let mut config = config;
     // Names bouncer in the API server's audit log, so its requests can be counted.
-    config.headers.push((http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT)));
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(USER_AGENT),
+    ));
     let namespace = config.default_namespace.clone();
     let client = Client::try_from(config).map_err(ClusterError::Connect)?;
     Ok((client, namespace))
@@ -141,10 +165,22 @@ async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus
     if mode == Mode::Run {
         let ns = settings.lease_namespace.clone().unwrap_or(default_ns);
         let identity = format!("{host}-{}", std::process::id());
-        match lock::acquire(&client, &ns, &settings.lease_name, &identity, clock, stop_tx.clone()).await {
+        match lock::acquire(
+            &client,
+            &ns,
+            &settings.lease_name,
+            &identity,
+            clock,
+            stop_tx.clone(),
+        )
+        .await
+        {
             Ok(lock::Acquired::Held(guard)) => lease = Some(guard),
             Ok(lock::Acquired::Busy { holder }) => {
-                eprintln!("bouncer: another run holds the lock {ns}/{} ({holder}); nothing to do", settings.lease_name);
+                eprintln!(
+                    "bouncer: another run holds the lock {ns}/{} ({holder}); nothing to do",
+                    settings.lease_name
+                );
                 signals.abort();
                 return ExitStatus::Ok;
             }
@@ -174,7 +210,14 @@ async fn run_locked(
             return ExitStatus::Cluster;
         }
     };
-    let plan = plan::plan(policies, &inventory, clock(), &plan::Limits { max_bounces: settings.max_bounces });
+    let plan = plan::plan(
+        policies,
+        &inventory,
+        clock(),
+        &plan::Limits {
+            max_bounces: settings.max_bounces,
+        },
+    );
     let outcomes = if mode == Mode::Run {
         let mut executor = execute::Executor {
             client: client.clone(),
@@ -196,10 +239,17 @@ async fn run_locked(
     if let Some(path) = &settings.report
         && let Err(e) = std::fs::write(path, report::render(&report, format_for(path), false))
     {
-        eprintln!("bouncer: failed to write the report to {}: {e}", path.display());
+        eprintln!(
+            "bouncer: failed to write the report to {}: {e}",
+            path.display()
+        );
     }
     let halted = outcomes.iter().flatten().any(|o| o.status.halts());
-    if halted { ExitStatus::Failed } else { ExitStatus::Ok }
+    if halted {
+        ExitStatus::Failed
+    } else {
+        ExitStatus::Ok
+    }
 }
 
 fn format_for(path: &Path) -> Format {
@@ -213,11 +263,15 @@ fn format_for(path: &Path) -> Format {
 /// SIGTERM (a Job being stopped) or Ctrl-C: finish nothing new, report, exit.
 async fn stop_on_signal(stop: watch::Sender<bool>) {
     use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut term) = signal(SignalKind::terminate()) else { return };
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        return;
+    };
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
     }
-    tracing::warn!("asked to stop: finishing the report without starting or waiting on more bounces");
+    tracing::warn!(
+        "asked to stop: finishing the report without starting or waiting on more bounces"
+    );
     let _ = stop.send(true);
 }

@@ -18,7 +18,9 @@ pub const LEASE_SECONDS: i32 = 30;
 pub enum Acquired {
     Held(Box<LeaseGuard>),
     /// Someone else holds a live lease.
-    Busy { holder: String },
+    Busy {
+        holder: String,
+    },
 }
 
 pub struct LeaseGuard {
@@ -29,7 +31,9 @@ pub struct LeaseGuard {
 }
 
 fn micro(t: DateTime<Utc>) -> MicroTime {
-    MicroTime(k8s_openapi::jiff::Timestamp::from_microsecond(t.timestamp_micros()).unwrap_or_default())
+    MicroTime(
+        k8s_openapi::jiff::Timestamp::from_microsecond(t.timestamp_micros()).unwrap_or_default(),
+    )
 }
 
 fn expired(spec: &LeaseSpec, now: DateTime<Utc>) -> bool {
@@ -39,7 +43,8 @@ fn expired(spec: &LeaseSpec, now: DateTime<Utc>) -> bool {
     let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref());
     let Some(renewed) = renewed else { return true };
     let renewed = DateTime::from_timestamp_micros(renewed.0.as_microsecond()).unwrap_or_default();
-    let duration = chrono::Duration::seconds(spec.lease_duration_seconds.unwrap_or(LEASE_SECONDS) as i64);
+    let duration =
+        chrono::Duration::seconds(spec.lease_duration_seconds.unwrap_or(LEASE_SECONDS) as i64);
     now > renewed + duration
 }
 
@@ -53,7 +58,11 @@ pub async fn acquire(
     lost: watch::Sender<bool>,
 ) -> Result<Acquired, ClusterError> {
     let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
-    let err = |source| ClusterError::Lease { namespace: namespace.into(), name: name.into(), source };
+    let err = |source| ClusterError::Lease {
+        namespace: namespace.into(),
+        name: name.into(),
+        source,
+    };
     let now = clock();
     let spec = LeaseSpec {
         holder_identity: Some(identity.into()),
@@ -65,7 +74,10 @@ pub async fn acquire(
     let taken = match api.get_opt(name).await.map_err(err)? {
         None => {
             let lease = Lease {
-                metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    ..Default::default()
+                },
                 spec: Some(spec),
             };
             match api.create(&PostParams::default(), &lease).await {
@@ -77,10 +89,15 @@ pub async fn acquire(
         Some(mut lease) => {
             let current = lease.spec.clone().unwrap_or_default();
             if !expired(&current, now) {
-                return Ok(Acquired::Busy { holder: current.holder_identity.unwrap_or_default() });
+                return Ok(Acquired::Busy {
+                    holder: current.holder_identity.unwrap_or_default(),
+                });
             }
             let transitions = current.lease_transitions.unwrap_or(0) + 1;
-            lease.spec = Some(LeaseSpec { lease_transitions: Some(transitions), ..spec });
+            lease.spec = Some(LeaseSpec {
+                lease_transitions: Some(transitions),
+                ..spec
+            });
             // The resourceVersion from the read makes this a compare-and-swap: of two runs
             // taking over at once, one gets 409.
             match api.replace(name, &PostParams::default(), &lease).await {
@@ -100,8 +117,19 @@ pub async fn acquire(
             .unwrap_or_else(|| "another run".into());
         return Ok(Acquired::Busy { holder });
     }
-    let renewer = tokio::spawn(renew(api.clone(), name.to_string(), identity.to_string(), clock, lost));
-    Ok(Acquired::Held(Box::new(LeaseGuard { api, name: name.into(), identity: identity.into(), renewer })))
+    let renewer = tokio::spawn(renew(
+        api.clone(),
+        name.to_string(),
+        identity.to_string(),
+        clock,
+        lost,
+    ));
+    Ok(Acquired::Held(Box::new(LeaseGuard {
+        api,
+        name: name.into(),
+        identity: identity.into(),
+        renewer,
+    })))
 }
 
 /// How often the holder renews: a sixth of the lease, so that renewals failing for a while (an
@@ -116,11 +144,19 @@ const GIVE_UP_AFTER: Duration = Duration::from_secs((LEASE_SECONDS - 5) as u64);
 /// After a failed renewal: how soon to try again, or None when the run must stop because the
 /// lease could expire before another renewal lands.
 fn retry_after(since_renewed: Duration) -> Option<Duration> {
-    let left = GIVE_UP_AFTER.checked_sub(since_renewed).filter(|d| !d.is_zero())?;
+    let left = GIVE_UP_AFTER
+        .checked_sub(since_renewed)
+        .filter(|d| !d.is_zero())?;
     Some(left.min(Duration::from_secs(1)))
 }
 
-async fn renew(api: Api<Lease>, name: String, identity: String, clock: fn() -> DateTime<Utc>, lost: watch::Sender<bool>) {
+async fn renew(
+    api: Api<Lease>,
+    name: String,
+    identity: String,
+    clock: fn() -> DateTime<Utc>,
+    lost: watch::Sender<bool>,
+) {
     let mut renewed = tokio::time::Instant::now();
     let mut wait = RENEW_EVERY;
     loop {
@@ -133,7 +169,9 @@ async fn renew(api: Api<Lease>, name: String, identity: String, clock: fn() -> D
                 return Ok(false);
             }
             spec.renew_time = Some(micro(clock()));
-            api.replace(&name, &PostParams::default(), &lease).await.map(|_| true)
+            api.replace(&name, &PostParams::default(), &lease)
+                .await
+                .map(|_| true)
         };
         let result = match tokio::time::timeout(RENEW_TIMEOUT, attempt).await {
             Ok(r) => r.map_err(|e| e.to_string()),
@@ -155,11 +193,15 @@ async fn renew(api: Api<Lease>, name: String, identity: String, clock: fn() -> D
                 let since = renewed.elapsed();
                 match retry_after(since) {
                     Some(next) => {
-                        tracing::warn!("renewing the run lock {name} failed ({since:?} after the last renewal): {e}; retrying");
+                        tracing::warn!(
+                            "renewing the run lock {name} failed ({since:?} after the last renewal): {e}; retrying"
+                        );
                         wait = next;
                     }
                     None => {
-                        tracing::error!("cannot renew the run lock {name} for {since:?}: {e}; stopping before it expires");
+                        tracing::error!(
+                            "cannot renew the run lock {name} for {since:?}: {e}; stopping before it expires"
+                        );
                         let _ = lost.send(true);
                         return;
                     }
@@ -178,7 +220,11 @@ impl LeaseGuard {
             if spec.holder_identity.as_deref() == Some(self.identity.as_str()) {
                 spec.holder_identity = None;
                 spec.renew_time = None;
-                if let Err(e) = self.api.replace(&self.name, &PostParams::default(), &lease).await {
+                if let Err(e) = self
+                    .api
+                    .replace(&self.name, &PostParams::default(), &lease)
+                    .await
+                {
                     tracing::warn!("releasing the run lock {}: {e}", self.name);
                 }
             }
@@ -192,12 +238,21 @@ mod tests {
 
     #[test]
     fn failed_renewals_are_retried_until_the_lease_could_lapse() {
-        assert_eq!(retry_after(Duration::from_secs(5)), Some(Duration::from_secs(1)));
-        assert_eq!(retry_after(Duration::from_millis(24_500)), Some(Duration::from_millis(500)));
+        assert_eq!(
+            retry_after(Duration::from_secs(5)),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(
+            retry_after(Duration::from_millis(24_500)),
+            Some(Duration::from_millis(500))
+        );
         assert_eq!(retry_after(GIVE_UP_AFTER), None);
         assert_eq!(retry_after(Duration::from_secs(60)), None);
         // Renewing well inside the lease leaves room for an API server restart between renewals.
-        assert!(RENEW_EVERY * 3 < GIVE_UP_AFTER && GIVE_UP_AFTER < Duration::from_secs(LEASE_SECONDS as u64));
+        assert!(
+            RENEW_EVERY * 3 < GIVE_UP_AFTER
+                && GIVE_UP_AFTER < Duration::from_secs(LEASE_SECONDS as u64)
+        );
     }
 
     #[test]
@@ -209,8 +264,14 @@ mod tests {
             renew_time: Some(micro(renewed)),
             ..Default::default()
         };
-        assert!(!expired(&spec(Some("other"), now - chrono::Duration::seconds(10)), now));
-        assert!(expired(&spec(Some("other"), now - chrono::Duration::minutes(10)), now));
+        assert!(!expired(
+            &spec(Some("other"), now - chrono::Duration::seconds(10)),
+            now
+        ));
+        assert!(expired(
+            &spec(Some("other"), now - chrono::Duration::minutes(10)),
+            now
+        ));
         assert!(expired(&spec(None, now), now), "a released lease is free");
     }
 }

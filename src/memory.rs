@@ -20,8 +20,15 @@ pub struct MemoryReading {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum MemoryState {
-    Over { pod: String, usage: u64, threshold: u64 },
-    Below { usage: u64, threshold: u64 },
+    Over {
+        pod: String,
+        usage: u64,
+        threshold: u64,
+    },
+    Below {
+        usage: u64,
+        threshold: u64,
+    },
     OutsideWindow,
     /// No pod of the workload has metrics.
     NoMetrics,
@@ -47,8 +54,11 @@ fn usages<'a>(trigger: Option<&MemoryTrigger>, w: &'a Workload) -> (Vec<PodUsage
     let mut out = Vec::new();
     let mut missing = 0;
     for pod in &w.pods {
-        let containers: Vec<_> =
-            pod.containers.iter().filter(|c| container.is_none_or(|name| c.name == name)).collect();
+        let containers: Vec<_> = pod
+            .containers
+            .iter()
+            .filter(|c| container.is_none_or(|name| c.name == name))
+            .collect();
         let usage: Option<u64> = if pod.has_metrics && !containers.is_empty() {
             containers.iter().map(|c| c.usage).sum()
         } else {
@@ -58,12 +68,20 @@ fn usages<'a>(trigger: Option<&MemoryTrigger>, w: &'a Workload) -> (Vec<PodUsage
             missing += 1;
             continue;
         };
-        let limit: Option<u64> = if containers.is_empty() { None } else { containers.iter().map(|c| c.limit).sum() };
+        let limit: Option<u64> = if containers.is_empty() {
+            None
+        } else {
+            containers.iter().map(|c| c.limit).sum()
+        };
         let threshold = trigger.and_then(|t| match t.threshold {
             Threshold::Bytes(b) => Some(b),
             Threshold::PercentOfLimit(p) => limit.map(|l| (l as f64 * p / 100.0).floor() as u64),
         });
-        out.push(PodUsage { pod, usage, threshold });
+        out.push(PodUsage {
+            pod,
+            usage,
+            threshold,
+        });
     }
     (out, missing)
 }
@@ -85,7 +103,12 @@ fn highest<'a, 'b>(all: &'b [PodUsage<'a>]) -> Option<&'b PodUsage<'a>> {
 
 pub fn reading(trigger: Option<&MemoryTrigger>, w: &Workload) -> Option<MemoryReading> {
     let (all, missing) = usages(trigger, w);
-    highest(&all).map(|u| MemoryReading { pod: u.pod.name.clone(), usage: u.usage, threshold: u.threshold, missing })
+    highest(&all).map(|u| MemoryReading {
+        pod: u.pod.name.clone(),
+        usage: u.usage,
+        threshold: u.threshold,
+        missing,
+    })
 }
 
 /// None when the policy has no memory trigger.
@@ -107,11 +130,18 @@ pub fn evaluate(
     } else if let Some(u) = top.filter(|u| u.threshold.is_some()) {
         let threshold = u.threshold.unwrap_or(u64::MAX);
         if u.usage <= threshold {
-            MemoryState::Below { usage: u.usage, threshold }
+            MemoryState::Below {
+                usage: u.usage,
+                threshold,
+            }
         } else if !in_windows(windows, now) {
             MemoryState::OutsideWindow
         } else {
-            MemoryState::Over { pod: u.pod.name.clone(), usage: u.usage, threshold }
+            MemoryState::Over {
+                pod: u.pod.name.clone(),
+                usage: u.usage,
+                threshold,
+            }
         }
     } else {
         MemoryState::NoLimit

@@ -8,7 +8,17 @@ use serde::{Deserialize, Serialize};
 
 /// Kinds of workload bouncer restarts. `Pod` is a bare pod (no controller).
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
 )]
 pub enum Kind {
     Deployment,
@@ -18,7 +28,12 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::Pod];
+    pub const ALL: [Kind; 4] = [
+        Kind::Deployment,
+        Kind::StatefulSet,
+        Kind::DaemonSet,
+        Kind::Pod,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -45,7 +60,13 @@ pub struct WorkloadRef {
 
 impl fmt::Display for WorkloadRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}/{}", self.kind.as_str().to_lowercase(), self.namespace, self.name)
+        write!(
+            f,
+            "{}/{}/{}",
+            self.kind.as_str().to_lowercase(),
+            self.namespace,
+            self.name
+        )
     }
 }
 

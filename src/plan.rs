@@ -73,7 +73,12 @@ struct Candidate {
 }
 
 /// Decides the whole run. Policies are visited by name so the result is deterministic.
-pub fn plan(policies: &[Policy], inventory: &Inventory, now: DateTime<Utc>, limits: &Limits) -> Plan {
+pub fn plan(
+    policies: &[Policy],
+    inventory: &Inventory,
+    now: DateTime<Utc>,
+    limits: &Limits,
+) -> Plan {
     let mut policies: Vec<&Policy> = policies.iter().collect();
     policies.sort_by(|a, b| a.name.cmp(&b.name));
     let metrics_unavailable = match &inventory.metrics {
@@ -117,14 +122,22 @@ pub fn plan(policies: &[Policy], inventory: &Inventory, now: DateTime<Utc>, limi
             }
         }
         for pod in &inventory.unsupported {
-            let in_scope = policy.namespaces.is_empty() || policy.namespaces.contains(&pod.namespace);
+            let in_scope =
+                policy.namespaces.is_empty() || policy.namespaces.contains(&pod.namespace);
             if in_scope && policy.selector.matches(&pod.labels) {
                 skips.push(Skip {
                     policy: policy.name.clone(),
-                    target: WorkloadRef { kind: Kind::Pod, namespace: pod.namespace.clone(), name: pod.pod.clone() },
+                    target: WorkloadRef {
+                        kind: Kind::Pod,
+                        namespace: pod.namespace.clone(),
+                        name: pod.pod.clone(),
+                    },
                     pods: 1,
                     memory: None,
-                    reason: SkipReason::UnsupportedOwner { kind: pod.owner_kind.clone(), name: pod.owner_name.clone() },
+                    reason: SkipReason::UnsupportedOwner {
+                        kind: pod.owner_kind.clone(),
+                        name: pod.owner_name.clone(),
+                    },
                 });
             }
         }
@@ -143,8 +156,10 @@ pub fn plan(policies: &[Policy], inventory: &Inventory, now: DateTime<Utc>, limi
 
     let mut bounces: Vec<Bounce> = Vec::new();
     let mut per_policy: BTreeMap<String, u32> = BTreeMap::new();
-    let max_per_run: BTreeMap<&str, Option<u32>> =
-        policies.iter().map(|p| (p.name.as_str(), p.max_per_run)).collect();
+    let max_per_run: BTreeMap<&str, Option<u32>> = policies
+        .iter()
+        .map(|p| (p.name.as_str(), p.max_per_run))
+        .collect();
     let mut chosen: BTreeMap<WorkloadRef, String> = BTreeMap::new();
     for c in candidates {
         let b = c.bounce;
@@ -155,7 +170,9 @@ pub fn plan(policies: &[Policy], inventory: &Inventory, now: DateTime<Utc>, limi
         {
             Some(SkipReason::PolicyCap { max })
         } else if bounces.len() >= limits.max_bounces {
-            Some(SkipReason::GlobalCap { max: limits.max_bounces })
+            Some(SkipReason::GlobalCap {
+                max: limits.max_bounces,
+            })
         } else {
             None
         };
@@ -175,19 +192,30 @@ pub fn plan(policies: &[Policy], inventory: &Inventory, now: DateTime<Utc>, limi
         }
     }
     skips.sort_by(|a, b| (&a.target, &a.policy).cmp(&(&b.target, &b.policy)));
-    Plan { now, bounces, skips, metrics_unavailable }
+    Plan {
+        now,
+        bounces,
+        skips,
+        metrics_unavailable,
+    }
 }
 
 /// A workload is selected when its pod template (or any of its pods) carries matching labels.
 fn selects(policy: &Policy, w: &Workload) -> bool {
     let in_scope = policy.namespaces.is_empty() || policy.namespaces.contains(&w.target.namespace);
     in_scope
-        && (policy.selector.matches(&w.template_labels) || w.pods.iter().any(|p| policy.selector.matches(&p.labels)))
+        && (policy.selector.matches(&w.template_labels)
+            || w.pods.iter().any(|p| policy.selector.matches(&p.labels)))
 }
 
 type Decision = (Method, Vec<Trigger>, Option<f64>);
 
-fn decide(policy: &Policy, w: &Workload, inv: &Inventory, now: DateTime<Utc>) -> Result<Decision, SkipReason> {
+fn decide(
+    policy: &Policy,
+    w: &Workload,
+    inv: &Inventory,
+    now: DateTime<Utc>,
+) -> Result<Decision, SkipReason> {
     identity_gates(policy, w, &inv.excluded_namespaces)?;
     if w.pods.is_empty() {
         return Err(SkipReason::NoPods);
@@ -199,18 +227,27 @@ fn decide(policy: &Policy, w: &Workload, inv: &Inventory, now: DateTime<Utc>) ->
 }
 
 /// Opt-outs and things bouncer never restarts.
-pub fn identity_gates(policy: &Policy, w: &Workload, excluded_ns: &BTreeSet<String>) -> Result<(), SkipReason> {
+pub fn identity_gates(
+    policy: &Policy,
+    w: &Workload,
+    excluded_ns: &BTreeSet<String>,
+) -> Result<(), SkipReason> {
     if excluded_ns.contains(&w.target.namespace) {
         return Err(SkipReason::NamespaceExcluded);
     }
-    if w.annotations.get(EXCLUDE_ANNOTATION).is_some_and(|v| v == "true") {
+    if w.annotations
+        .get(EXCLUDE_ANNOTATION)
+        .is_some_and(|v| v == "true")
+    {
         return Err(SkipReason::Excluded);
     }
     if w.mirror {
         return Err(SkipReason::MirrorPod);
     }
     if !policy.kinds.contains(&w.target.kind) {
-        return Err(SkipReason::KindNotSelected { kind: w.target.kind });
+        return Err(SkipReason::KindNotSelected {
+            kind: w.target.kind,
+        });
     }
     Ok(())
 }
@@ -223,11 +260,25 @@ fn triggers(
 ) -> Result<(Vec<Trigger>, Option<f64>), SkipReason> {
     let mut fired = Vec::new();
     let mut not_due = NotDue::default();
-    let eval = memory::evaluate(policy.memory.as_ref(), policy.windows.as_slice(), w, &inv.metrics, now);
+    let eval = memory::evaluate(
+        policy.memory.as_ref(),
+        policy.windows.as_slice(),
+        w,
+        &inv.metrics,
+        now,
+    );
     let urgency = eval.as_ref().and_then(|e| e.ratio);
     if let Some(eval) = eval {
         match eval.state {
-            MemoryState::Over { pod, usage, threshold } => fired.push(Trigger::Memory { pod, usage, threshold }),
+            MemoryState::Over {
+                pod,
+                usage,
+                threshold,
+            } => fired.push(Trigger::Memory {
+                pod,
+                usage,
+                threshold,
+            }),
             other => not_due.memory = Some(other),
         }
     }
@@ -240,14 +291,22 @@ fn triggers(
             }
         }
     }
-    if fired.is_empty() { Err(SkipReason::NotDue(not_due)) } else { Ok((fired, urgency)) }
+    if fired.is_empty() {
+        Err(SkipReason::NotDue(not_due))
+    } else {
+        Ok((fired, urgency))
+    }
 }
 
 /// Skip while the last restart (ours, kubectl's, or a fresh deploy) is younger than the cooldown.
 pub fn cooldown(policy: &Policy, w: &Workload, now: DateTime<Utc>) -> Result<(), SkipReason> {
-    let last = [w.restarted_at, oldest_start(w)].into_iter().flatten().max();
+    let last = [w.restarted_at, oldest_start(w)]
+        .into_iter()
+        .flatten()
+        .max();
     if let Some(last) = last {
-        let until = last + chrono::Duration::from_std(policy.cooldown).unwrap_or(chrono::TimeDelta::MAX);
+        let until =
+            last + chrono::Duration::from_std(policy.cooldown).unwrap_or(chrono::TimeDelta::MAX);
         if now < until {
             return Err(SkipReason::Cooldown { last, until });
         }
@@ -264,15 +323,23 @@ pub fn preflight(policy: &Policy, w: &Workload, pdbs: &[Pdb]) -> Result<Method, 
     if w.target.kind == Kind::Pod {
         let pod = &w.pods[0];
         if pod.deleting || !pod.ready {
-            return Err(SkipReason::NotAvailable { ready: 0, desired: 1 });
+            return Err(SkipReason::NotAvailable {
+                ready: 0,
+                desired: 1,
+            });
         }
     } else {
-        if let RolloutState::InProgress(detail) | RolloutState::Failed(detail) = rollout::state(w.target.kind, w.strategy, &w.status) {
+        if let RolloutState::InProgress(detail) | RolloutState::Failed(detail) =
+            rollout::state(w.target.kind, w.strategy, &w.status)
+        {
             return Err(SkipReason::RolloutInProgress { detail });
         }
         let ready = w.pods.iter().filter(|p| p.ready && !p.deleting).count() as i32;
         if w.status.available.min(ready) < w.status.desired {
-            return Err(SkipReason::NotAvailable { ready: w.status.available.min(ready), desired: w.status.desired });
+            return Err(SkipReason::NotAvailable {
+                ready: w.status.available.min(ready),
+                desired: w.status.desired,
+            });
         }
     }
     let stays_ready = match method {
@@ -284,8 +351,11 @@ pub fn preflight(policy: &Policy, w: &Workload, pdbs: &[Pdb]) -> Result<Method, 
     }
     if method == Method::Evict {
         for pdb in pdbs.iter().filter(|p| p.namespace == w.target.namespace) {
-            if pdb.disruptions_allowed < 1 && w.pods.iter().any(|p| pdb.selector.matches(&p.labels)) {
-                return Err(SkipReason::PdbBlocks { name: pdb.name.clone() });
+            if pdb.disruptions_allowed < 1 && w.pods.iter().any(|p| pdb.selector.matches(&p.labels))
+            {
+                return Err(SkipReason::PdbBlocks {
+                    name: pdb.name.clone(),
+                });
             }
         }
     }
@@ -300,7 +370,9 @@ fn method_for(policy: &Policy, w: &Workload) -> Result<Method, SkipReason> {
     };
     match (policy.restart.method, rolls) {
         (RestartMethod::Evict, _) | (RestartMethod::Auto, false) => Ok(Method::Evict),
-        (RestartMethod::Rollout, false) if w.target.kind == Kind::Pod => Err(SkipReason::BarePodNoRollout),
+        (RestartMethod::Rollout, false) if w.target.kind == Kind::Pod => {
+            Err(SkipReason::BarePodNoRollout)
+        }
         (RestartMethod::Rollout, false) => Err(SkipReason::OnDelete),
         (_, true) => Ok(Method::Rollout),
     }

@@ -17,7 +17,10 @@ fn t(s: &str) -> DateTime<Utc> {
 }
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 fn policy(name: &str, app: &str) -> Policy {
@@ -25,7 +28,10 @@ fn policy(name: &str, app: &str) -> Policy {
         name: name.into(),
         source: "test.yaml".into(),
         namespaces: vec![],
-        selector: Selector { match_labels: labels(&[("app", app)]), match_expressions: vec![] },
+        selector: Selector {
+            match_labels: labels(&[("app", app)]),
+            match_expressions: vec![],
+        },
         kinds: Kind::ALL.to_vec(),
         schedule: None,
         memory: None,
@@ -33,17 +39,25 @@ fn policy(name: &str, app: &str) -> Policy {
         cooldown: Duration::from_secs(3600),
         max_per_run: None,
         allow_downtime: false,
-        restart: Restart { method: RestartMethod::Auto, timeout: None, on_revert: OnRevert::Fail },
+        restart: Restart {
+            method: RestartMethod::Auto,
+            timeout: None,
+            on_revert: OnRevert::Fail,
+        },
     }
 }
 
 fn nightly(mut p: Policy) -> Policy {
-    p.schedule = Some(Schedule::new("0 3 * * *", chrono_tz::UTC, Duration::from_secs(7200)).unwrap());
+    p.schedule =
+        Some(Schedule::new("0 3 * * *", chrono_tz::UTC, Duration::from_secs(7200)).unwrap());
     p
 }
 
 fn over(mut p: Policy, mib: u64) -> Policy {
-    p.memory = Some(MemoryTrigger { threshold: Threshold::Bytes(mib * MI), container: None });
+    p.memory = Some(MemoryTrigger {
+        threshold: Threshold::Bytes(mib * MI),
+        container: None,
+    });
     p
 }
 
@@ -55,7 +69,11 @@ fn pod(name: &str, app: &str, started: &str, usage_mib: Option<u64>) -> PodSampl
         started: Some(t(started)),
         ready: true,
         deleting: false,
-        containers: vec![ContainerSample { name: "main".into(), usage: usage_mib.map(|m| m * MI), limit: Some(1024 * MI) }],
+        containers: vec![ContainerSample {
+            name: "main".into(),
+            usage: usage_mib.map(|m| m * MI),
+            limit: Some(1024 * MI),
+        }],
         has_metrics: usage_mib.is_some(),
     }
 }
@@ -63,7 +81,11 @@ fn pod(name: &str, app: &str, started: &str, usage_mib: Option<u64>) -> PodSampl
 fn deployment(ns: &str, name: &str, app: &str, pods: Vec<PodSample>) -> Workload {
     let n = pods.len() as i32;
     Workload {
-        target: WorkloadRef { kind: Kind::Deployment, namespace: ns.into(), name: name.into() },
+        target: WorkloadRef {
+            kind: Kind::Deployment,
+            namespace: ns.into(),
+            name: name.into(),
+        },
         labels: BTreeMap::new(),
         template_labels: labels(&[("app", app)]),
         pod_selector: format!("app={app}"),
@@ -109,15 +131,29 @@ fn names(p: &Plan) -> Vec<String> {
 }
 
 fn reason_of<'a>(p: &'a Plan, name: &str) -> &'a SkipReason {
-    &p.skips.iter().find(|s| s.target.name == name).unwrap_or_else(|| panic!("{name} not skipped: {p:#?}")).reason
+    &p.skips
+        .iter()
+        .find(|s| s.target.name == name)
+        .unwrap_or_else(|| panic!("{name} not skipped: {p:#?}"))
+        .reason
 }
 
 #[test]
 fn nightly_bounces_every_due_workload_and_reports_the_rest() {
     let inv = inventory(vec![
         deployment("a", "web", "web", vec![pod("web-1", "web", OLD, Some(100))]),
-        deployment("a", "fresh", "web", vec![pod("fresh-1", "web", "2026-03-10T03:10:00Z", Some(100))]),
-        deployment("a", "other", "other", vec![pod("other-1", "other", OLD, None)]),
+        deployment(
+            "a",
+            "fresh",
+            "web",
+            vec![pod("fresh-1", "web", "2026-03-10T03:10:00Z", Some(100))],
+        ),
+        deployment(
+            "a",
+            "other",
+            "other",
+            vec![pod("other-1", "other", OLD, None)],
+        ),
     ]);
     let p = run(&[nightly(policy("n", "web"))], &inv);
     assert_eq!(names(&p), vec!["web"]);
@@ -132,24 +168,43 @@ fn nightly_bounces_every_due_workload_and_reports_the_rest() {
 fn memory_bounces_only_workloads_over_the_threshold_most_urgent_first() {
     let inv = inventory(vec![
         deployment("a", "small", "x", vec![pod("s-1", "x", OLD, Some(300))]),
-        deployment("a", "big", "x", vec![pod("b-1", "x", OLD, Some(900)), pod("b-2", "x", OLD, Some(100))]),
+        deployment(
+            "a",
+            "big",
+            "x",
+            vec![
+                pod("b-1", "x", OLD, Some(900)),
+                pod("b-2", "x", OLD, Some(100)),
+            ],
+        ),
         deployment("a", "mid", "x", vec![pod("m-1", "x", OLD, Some(600))]),
         deployment("a", "blind", "x", vec![pod("n-1", "x", OLD, None)]),
     ]);
     let p = run(&[over(policy("m", "x"), 512)], &inv);
     assert_eq!(names(&p), vec!["big", "mid"]);
     assert_eq!(p.bounces[0].memory.as_ref().unwrap().pod, "b-1");
-    assert!(matches!(reason_of(&p, "small"), SkipReason::NotDue(n) if matches!(n.memory, Some(MemoryState::Below { .. }))));
+    assert!(
+        matches!(reason_of(&p, "small"), SkipReason::NotDue(n) if matches!(n.memory, Some(MemoryState::Below { .. })))
+    );
     // Missing metrics never mean "bounce".
-    assert!(matches!(reason_of(&p, "blind"), SkipReason::NotDue(n) if n.memory == Some(MemoryState::NoMetrics)));
+    assert!(
+        matches!(reason_of(&p, "blind"), SkipReason::NotDue(n) if n.memory == Some(MemoryState::NoMetrics))
+    );
 }
 
 #[test]
 fn percent_of_limit_and_named_container() {
     let mut p = policy("m", "x");
-    p.memory = Some(MemoryTrigger { threshold: Threshold::PercentOfLimit(80.0), container: Some("main".into()) });
+    p.memory = Some(MemoryTrigger {
+        threshold: Threshold::PercentOfLimit(80.0),
+        container: Some("main".into()),
+    });
     let mut hot = pod("hot-1", "x", OLD, Some(900));
-    hot.containers.push(ContainerSample { name: "sidecar".into(), usage: Some(10 * MI), limit: None });
+    hot.containers.push(ContainerSample {
+        name: "sidecar".into(),
+        usage: Some(10 * MI),
+        limit: None,
+    });
     let mut nolimit = pod("nl-1", "x", OLD, Some(900));
     nolimit.containers[0].limit = None;
     let inv = inventory(vec![
@@ -159,7 +214,9 @@ fn percent_of_limit_and_named_container() {
     ]);
     let plan = run(&[p], &inv);
     assert_eq!(names(&plan), vec!["hot"]);
-    assert!(matches!(reason_of(&plan, "nolimit"), SkipReason::NotDue(n) if n.memory == Some(MemoryState::NoLimit)));
+    assert!(
+        matches!(reason_of(&plan, "nolimit"), SkipReason::NotDue(n) if n.memory == Some(MemoryState::NoLimit))
+    );
 }
 
 #[test]
@@ -169,7 +226,10 @@ fn metrics_unavailable_turns_memory_off_but_not_schedules() {
         deployment("a", "nightly", "y", vec![pod("n-1", "y", OLD, None)]),
     ]);
     inv.metrics = MetricsState::Unavailable("metrics.k8s.io is not served".into());
-    let p = run(&[over(policy("m", "x"), 100), nightly(policy("n", "y"))], &inv);
+    let p = run(
+        &[over(policy("m", "x"), 100), nightly(policy("n", "y"))],
+        &inv,
+    );
     assert_eq!(names(&p), vec!["nightly"]);
     assert!(
         matches!(reason_of(&p, "leaky"), SkipReason::NotDue(n) if matches!(n.memory, Some(MemoryState::Unavailable(_))))
@@ -180,17 +240,39 @@ fn metrics_unavailable_turns_memory_off_but_not_schedules() {
 fn cooldown_counts_from_restarted_at_or_the_oldest_pod() {
     let mut recent = deployment("a", "recent", "x", vec![pod("r-1", "x", OLD, Some(900))]);
     recent.restarted_at = Some(t("2026-03-10T03:00:00Z"));
-    let young = deployment("a", "young", "x", vec![pod("y-1", "x", "2026-03-10T03:20:00Z", Some(900))]);
-    let inv = inventory(vec![recent, young, deployment("a", "due", "x", vec![pod("d-1", "x", OLD, Some(900))])]);
+    let young = deployment(
+        "a",
+        "young",
+        "x",
+        vec![pod("y-1", "x", "2026-03-10T03:20:00Z", Some(900))],
+    );
+    let inv = inventory(vec![
+        recent,
+        young,
+        deployment("a", "due", "x", vec![pod("d-1", "x", OLD, Some(900))]),
+    ]);
     let p = run(&[over(policy("m", "x"), 512)], &inv);
     assert_eq!(names(&p), vec!["due"]);
-    assert!(matches!(reason_of(&p, "recent"), SkipReason::Cooldown { .. }));
-    assert!(matches!(reason_of(&p, "young"), SkipReason::Cooldown { .. }));
+    assert!(matches!(
+        reason_of(&p, "recent"),
+        SkipReason::Cooldown { .. }
+    ));
+    assert!(matches!(
+        reason_of(&p, "young"),
+        SkipReason::Cooldown { .. }
+    ));
 }
 
 #[test]
 fn preflight_gates_skip_with_reasons() {
-    let mk = |name: &str| deployment("a", name, "x", vec![pod(&format!("{name}-1"), "x", OLD, Some(900))]);
+    let mk = |name: &str| {
+        deployment(
+            "a",
+            name,
+            "x",
+            vec![pod(&format!("{name}-1"), "x", OLD, Some(900))],
+        )
+    };
     let mut paused = mk("paused");
     paused.paused = true;
     let mut rolling = mk("rolling");
@@ -201,13 +283,23 @@ fn preflight_gates_skip_with_reasons() {
     let mut single = mk("single");
     single.min_ready_during_restart = 0;
     let mut excluded = mk("excluded");
-    excluded.annotations.insert("bouncer.dev/exclude".into(), "true".into());
+    excluded
+        .annotations
+        .insert("bouncer.dev/exclude".into(), "true".into());
     let mut sts = mk("ondelete");
     sts.target.kind = Kind::StatefulSet;
     sts.strategy = UpdateStrategy::OnDelete;
     let mut excluded_ns = mk("inexcluded");
     excluded_ns.target.namespace = "quiet".into();
-    let mut inv = inventory(vec![paused, rolling, unavailable, single, excluded, sts, excluded_ns]);
+    let mut inv = inventory(vec![
+        paused,
+        rolling,
+        unavailable,
+        single,
+        excluded,
+        sts,
+        excluded_ns,
+    ]);
     inv.excluded_namespaces.insert("quiet".into());
     let mut p = over(policy("m", "x"), 512);
     p.restart.method = RestartMethod::Rollout;
@@ -216,15 +308,23 @@ fn preflight_gates_skip_with_reasons() {
     type Check = fn(&SkipReason) -> bool;
     let cases: [(&str, Check); 7] = [
         ("paused", |r| *r == SkipReason::Paused),
-        ("rolling", |r| matches!(r, SkipReason::RolloutInProgress { .. })),
-        ("unavailable", |r| matches!(r, SkipReason::NotAvailable { .. })),
+        ("rolling", |r| {
+            matches!(r, SkipReason::RolloutInProgress { .. })
+        }),
+        ("unavailable", |r| {
+            matches!(r, SkipReason::NotAvailable { .. })
+        }),
         ("single", |r| *r == SkipReason::Downtime),
         ("excluded", |r| *r == SkipReason::Excluded),
         ("ondelete", |r| *r == SkipReason::OnDelete),
         ("inexcluded", |r| *r == SkipReason::NamespaceExcluded),
     ];
     for (name, ok) in cases {
-        assert!(ok(reason_of(&plan, name)), "{name}: {}", reason_of(&plan, name));
+        assert!(
+            ok(reason_of(&plan, name)),
+            "{name}: {}",
+            reason_of(&plan, name)
+        );
     }
 }
 
@@ -233,7 +333,15 @@ fn bare_pods_and_ondelete_use_eviction_and_respect_pdbs() {
     let mut bare = deployment("a", "mcp-1", "x", vec![pod("mcp-1", "x", OLD, Some(900))]);
     bare.target.kind = Kind::Pod;
     bare.min_ready_during_restart = 0;
-    let mut sts = deployment("a", "db", "x", vec![pod("db-0", "x", OLD, Some(900)), pod("db-1", "x", OLD, Some(900))]);
+    let mut sts = deployment(
+        "a",
+        "db",
+        "x",
+        vec![
+            pod("db-0", "x", OLD, Some(900)),
+            pod("db-1", "x", OLD, Some(900)),
+        ],
+    );
     sts.target.kind = Kind::StatefulSet;
     sts.strategy = UpdateStrategy::OnDelete;
     let inv = inventory(vec![bare.clone(), sts.clone()]);
@@ -249,18 +357,35 @@ fn bare_pods_and_ondelete_use_eviction_and_respect_pdbs() {
     inv.pdbs.push(Pdb {
         namespace: "a".into(),
         name: "db-pdb".into(),
-        selector: Selector { match_labels: labels(&[("app", "x")]), match_expressions: vec![] },
+        selector: Selector {
+            match_labels: labels(&[("app", "x")]),
+            match_expressions: vec![],
+        },
         disruptions_allowed: 0,
     });
     let plan = run(&[p], &inv);
     assert!(plan.bounces.is_empty());
-    assert_eq!(*reason_of(&plan, "db"), SkipReason::PdbBlocks { name: "db-pdb".into() });
+    assert_eq!(
+        *reason_of(&plan, "db"),
+        SkipReason::PdbBlocks {
+            name: "db-pdb".into()
+        }
+    );
 }
 
 #[test]
 fn caps_and_one_bounce_per_workload_across_policies() {
     let inv = inventory(
-        (1..=5).map(|i| deployment("a", &format!("w{i}"), "x", vec![pod(&format!("p{i}"), "x", OLD, Some(500 + i))])).collect(),
+        (1..=5)
+            .map(|i| {
+                deployment(
+                    "a",
+                    &format!("w{i}"),
+                    "x",
+                    vec![pod(&format!("p{i}"), "x", OLD, Some(500 + i))],
+                )
+            })
+            .collect(),
     );
     let mut capped = over(policy("a-capped", "x"), 100);
     capped.max_per_run = Some(2);
@@ -268,8 +393,15 @@ fn caps_and_one_bounce_per_workload_across_policies() {
     let p = plan(&[capped, other], &inv, t(NOW), &Limits { max_bounces: 3 });
     // Most urgent first: w5 has the highest usage.
     assert_eq!(names(&p), vec!["w5", "w4", "w3"]);
-    assert_eq!(p.bounces.iter().filter(|b| b.policy == "a-capped").count(), 2);
-    let all_skips: Vec<_> = p.skips.iter().map(|s| (s.target.name.as_str(), s.reason.code())).collect();
+    assert_eq!(
+        p.bounces.iter().filter(|b| b.policy == "a-capped").count(),
+        2
+    );
+    let all_skips: Vec<_> = p
+        .skips
+        .iter()
+        .map(|s| (s.target.name.as_str(), s.reason.code()))
+        .collect();
     assert!(all_skips.contains(&("w3", "policyCap")), "{all_skips:?}");
     assert!(all_skips.contains(&("w5", "claimed")), "{all_skips:?}");
     assert!(all_skips.contains(&("w2", "globalCap")), "{all_skips:?}");
@@ -279,7 +411,12 @@ fn caps_and_one_bounce_per_workload_across_policies() {
 
 #[test]
 fn unsupported_owners_and_unlisted_kinds_are_reported() {
-    let mut inv = inventory(vec![deployment("a", "web", "x", vec![pod("w-1", "x", OLD, Some(900))])]);
+    let mut inv = inventory(vec![deployment(
+        "a",
+        "web",
+        "x",
+        vec![pod("w-1", "x", OLD, Some(900))],
+    )]);
     inv.unsupported.push(Unsupported {
         namespace: "a".into(),
         pod: "job-abc".into(),
@@ -291,9 +428,17 @@ fn unsupported_owners_and_unlisted_kinds_are_reported() {
     p.kinds = vec![Kind::StatefulSet];
     let plan = run(&[p], &inv);
     assert!(plan.bounces.is_empty());
-    assert_eq!(*reason_of(&plan, "web"), SkipReason::KindNotSelected { kind: Kind::Deployment });
+    assert_eq!(
+        *reason_of(&plan, "web"),
+        SkipReason::KindNotSelected {
+            kind: Kind::Deployment
+        }
+    );
     assert_eq!(
         *reason_of(&plan, "job-abc"),
-        SkipReason::UnsupportedOwner { kind: "Job".into(), name: "nightly-job".into() }
+        SkipReason::UnsupportedOwner {
+            kind: "Job".into(),
+            name: "nightly-job".into()
+        }
     );
 }

@@ -11,8 +11,14 @@ use crate::schedule::ScheduleVerdict;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Trigger {
-    Schedule { fired: DateTime<Utc> },
-    Memory { pod: String, usage: u64, threshold: u64 },
+    Schedule {
+        fired: DateTime<Utc>,
+    },
+    Memory {
+        pod: String,
+        usage: u64,
+        threshold: u64,
+    },
 }
 
 impl Trigger {
@@ -28,8 +34,17 @@ impl fmt::Display for Trigger {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Trigger::Schedule { fired } => write!(f, "schedule (fired {})", rfc3339(*fired)),
-            Trigger::Memory { pod, usage, threshold } => {
-                write!(f, "memory ({pod} {} > {})", format_bytes(*usage), format_bytes(*threshold))
+            Trigger::Memory {
+                pod,
+                usage,
+                threshold,
+            } => {
+                write!(
+                    f,
+                    "memory ({pod} {} > {})",
+                    format_bytes(*usage),
+                    format_bytes(*threshold)
+                )
             }
         }
     }
@@ -48,25 +63,48 @@ pub enum SkipReason {
     NamespaceExcluded,
     Excluded,
     MirrorPod,
-    UnsupportedOwner { kind: String, name: String },
-    KindNotSelected { kind: Kind },
+    UnsupportedOwner {
+        kind: String,
+        name: String,
+    },
+    KindNotSelected {
+        kind: Kind,
+    },
     NoPods,
     NotDue(NotDue),
-    Cooldown { last: DateTime<Utc>, until: DateTime<Utc> },
+    Cooldown {
+        last: DateTime<Utc>,
+        until: DateTime<Utc>,
+    },
     Paused,
-    RolloutInProgress { detail: String },
-    NotAvailable { ready: i32, desired: i32 },
+    RolloutInProgress {
+        detail: String,
+    },
+    NotAvailable {
+        ready: i32,
+        desired: i32,
+    },
     OnDelete,
     BarePodNoRollout,
     Downtime,
-    PdbBlocks { name: String },
-    PolicyCap { max: u32 },
-    GlobalCap { max: usize },
-    Claimed { policy: String },
+    PdbBlocks {
+        name: String,
+    },
+    PolicyCap {
+        max: u32,
+    },
+    GlobalCap {
+        max: usize,
+    },
+    Claimed {
+        policy: String,
+    },
     /// The restartedAt annotation changed between the plan and the fresh read.
     RestartedMeanwhile,
     /// The workload disappeared, or a safety read failed: fail closed.
-    ReadFailed { error: String },
+    ReadFailed {
+        error: String,
+    },
 }
 
 impl SkipReason {
@@ -99,30 +137,55 @@ impl SkipReason {
 impl fmt::Display for SkipReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SkipReason::NamespaceExcluded => write!(f, "namespace is annotated bouncer.dev/exclude=true"),
+            SkipReason::NamespaceExcluded => {
+                write!(f, "namespace is annotated bouncer.dev/exclude=true")
+            }
             SkipReason::Excluded => write!(f, "annotated bouncer.dev/exclude=true"),
             SkipReason::MirrorPod => write!(f, "static (mirror) pod"),
-            SkipReason::UnsupportedOwner { kind, name } => write!(f, "unsupported owner {kind} {name}"),
-            SkipReason::KindNotSelected { kind } => write!(f, "kind {kind} not in the policy's kinds"),
+            SkipReason::UnsupportedOwner { kind, name } => {
+                write!(f, "unsupported owner {kind} {name}")
+            }
+            SkipReason::KindNotSelected { kind } => {
+                write!(f, "kind {kind} not in the policy's kinds")
+            }
             SkipReason::NoPods => write!(f, "no pods"),
             SkipReason::NotDue(n) => write!(f, "{n}"),
             SkipReason::Cooldown { last, until } => {
-                write!(f, "cooldown: restarted {}, due again after {}", rfc3339(*last), rfc3339(*until))
+                write!(
+                    f,
+                    "cooldown: restarted {}, due again after {}",
+                    rfc3339(*last),
+                    rfc3339(*until)
+                )
             }
             SkipReason::Paused => write!(f, "deployment is paused"),
             SkipReason::RolloutInProgress { detail } => write!(f, "rollout in progress: {detail}"),
-            SkipReason::NotAvailable { ready, desired } => write!(f, "not fully available ({ready}/{desired} ready)"),
-            SkipReason::OnDelete => {
-                write!(f, "updateStrategy OnDelete: restartedAt would not replace pods (restart.method: rollout)")
+            SkipReason::NotAvailable { ready, desired } => {
+                write!(f, "not fully available ({ready}/{desired} ready)")
             }
-            SkipReason::BarePodNoRollout => write!(f, "bare pod has no rollout (restart.method: rollout)"),
-            SkipReason::Downtime => write!(f, "no pod would stay ready during the restart (allowDowntime: false)"),
-            SkipReason::PdbBlocks { name } => write!(f, "PodDisruptionBudget {name} allows no disruption"),
+            SkipReason::OnDelete => {
+                write!(
+                    f,
+                    "updateStrategy OnDelete: restartedAt would not replace pods (restart.method: rollout)"
+                )
+            }
+            SkipReason::BarePodNoRollout => {
+                write!(f, "bare pod has no rollout (restart.method: rollout)")
+            }
+            SkipReason::Downtime => write!(
+                f,
+                "no pod would stay ready during the restart (allowDowntime: false)"
+            ),
+            SkipReason::PdbBlocks { name } => {
+                write!(f, "PodDisruptionBudget {name} allows no disruption")
+            }
             SkipReason::PolicyCap { max } => write!(f, "maxPerRun {max} reached"),
             SkipReason::GlobalCap { max } => write!(f, "max bounces per run ({max}) reached"),
             SkipReason::Claimed { policy } => write!(f, "bounced this run by policy {policy}"),
             SkipReason::RestartedMeanwhile => write!(f, "restarted by someone else since the plan"),
-            SkipReason::ReadFailed { error } => write!(f, "could not re-read before acting: {error}"),
+            SkipReason::ReadFailed { error } => {
+                write!(f, "could not re-read before acting: {error}")
+            }
         }
     }
 }
@@ -133,9 +196,15 @@ impl fmt::Display for NotDue {
         if let Some(m) = &self.memory {
             parts.push(match m {
                 MemoryState::Below { usage, threshold } => {
-                    format!("memory {} <= {}", format_bytes(*usage), format_bytes(*threshold))
+                    format!(
+                        "memory {} <= {}",
+                        format_bytes(*usage),
+                        format_bytes(*threshold)
+                    )
                 }
-                MemoryState::OutsideWindow => "memory over threshold but outside the windows".to_string(),
+                MemoryState::OutsideWindow => {
+                    "memory over threshold but outside the windows".to_string()
+                }
                 MemoryState::NoMetrics => "memory: no pod metrics".to_string(),
                 MemoryState::NoLimit => "memory: no memory limit".to_string(),
                 MemoryState::Unavailable(why) => format!("memory: metrics unavailable ({why})"),
@@ -148,10 +217,15 @@ impl fmt::Display for NotDue {
                     format!("schedule: restarted since {}", rfc3339(*fired))
                 }
                 ScheduleVerdict::Missed { fired } => {
-                    format!("schedule: missed {} (past startingDeadline)", rfc3339(*fired))
+                    format!(
+                        "schedule: missed {} (past startingDeadline)",
+                        rfc3339(*fired)
+                    )
                 }
                 ScheduleVerdict::NoPods { .. } => "schedule: no pods".to_string(),
-                ScheduleVerdict::NotYet | ScheduleVerdict::Due { .. } => "schedule: not fired yet".to_string(),
+                ScheduleVerdict::NotYet | ScheduleVerdict::Due { .. } => {
+                    "schedule: not fired yet".to_string()
+                }
             });
             if let Some(next) = self.next {
                 parts.push(format!("next {}", rfc3339(next)));

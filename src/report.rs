@@ -79,7 +79,12 @@ pub struct TriggerRow {
 }
 
 fn triggers(t: &[Trigger]) -> Vec<TriggerRow> {
-    t.iter().map(|t| TriggerRow { kind: t.code(), detail: t.to_string() }).collect()
+    t.iter()
+        .map(|t| TriggerRow {
+            kind: t.code(),
+            detail: t.to_string(),
+        })
+        .collect()
 }
 
 fn secs(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> Option<f64> {
@@ -88,7 +93,11 @@ fn secs(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> Option<f64> {
 
 /// Builds the report. `outcomes` is None for `plan` and `run --dry-run`.
 pub fn build(plan: &Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
-    let mut summary = Summary { planned: plan.bounces.len(), skipped: plan.skips.len(), ..Default::default() };
+    let mut summary = Summary {
+        planned: plan.bounces.len(),
+        skipped: plan.skips.len(),
+        ..Default::default()
+    };
     let mut rows = Vec::new();
     for (i, b) in plan.bounces.iter().enumerate() {
         let outcome = outcomes.and_then(|o| o.get(i));
@@ -101,7 +110,12 @@ pub fn build(plan: &Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
             triggers: triggers(&b.triggers),
             decision: "bounce".into(),
             reason_code: None,
-            reason: b.triggers.iter().map(|t| t.to_string()).collect::<Vec<_>>().join("; "),
+            reason: b
+                .triggers
+                .iter()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
+                .join("; "),
             method: Some(b.method),
             patched_at: None,
             completed_at: None,
@@ -123,7 +137,9 @@ pub fn build(plan: &Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
                     row.reason_code = Some(reason.code().into());
                     row.reason = reason.to_string();
                 }
-                Status::Reverted { .. } | Status::Failed(_) | Status::Interrupted => summary.failed += 1,
+                Status::Reverted { .. } | Status::Failed(_) | Status::Interrupted => {
+                    summary.failed += 1
+                }
                 Status::NotAttempted => {
                     summary.not_attempted += 1;
                     row.reason = "not attempted: an earlier bounce halted the queue".into();
@@ -195,15 +211,28 @@ fn cells(r: &Row, mode: Mode) -> [String; 7] {
     let trigger = if r.triggers.is_empty() {
         "-".to_string()
     } else {
-        r.triggers.iter().map(|t| t.kind).collect::<Vec<_>>().join("+")
+        r.triggers
+            .iter()
+            .map(|t| t.kind)
+            .collect::<Vec<_>>()
+            .join("+")
     };
     let mut reason = r.reason.clone();
-    if let Some(v) = r.verification.as_ref().filter(|v| !reason.contains(v.as_str())) {
+    if let Some(v) = r
+        .verification
+        .as_ref()
+        .filter(|v| !reason.contains(v.as_str()))
+    {
         reason = format!("{reason}; {v}");
     }
     [
         r.policy.clone(),
-        format!("{}/{}/{}", r.workload.kind.as_str().to_lowercase(), r.workload.namespace, r.workload.name),
+        format!(
+            "{}/{}/{}",
+            r.workload.kind.as_str().to_lowercase(),
+            r.workload.namespace,
+            r.workload.name
+        ),
         r.pods.to_string(),
         memory_cell(&r.memory),
         trigger,
@@ -212,7 +241,15 @@ fn cells(r: &Row, mode: Mode) -> [String; 7] {
     ]
 }
 
-const HEADERS: [&str; 7] = ["POLICY", "WORKLOAD", "PODS", "MEMORY (MAX POD / THRESHOLD)", "TRIGGER", "DECISION", "REASON"];
+const HEADERS: [&str; 7] = [
+    "POLICY",
+    "WORKLOAD",
+    "PODS",
+    "MEMORY (MAX POD / THRESHOLD)",
+    "TRIGGER",
+    "DECISION",
+    "REASON",
+];
 
 fn summary_line(r: &Report) -> String {
     let s = &r.summary;
@@ -267,7 +304,11 @@ pub fn markdown(r: &Report) -> String {
         Mode::Run => "bouncer run",
     };
     let escape = |s: &str| s.replace('|', "\\|").replace('\n', " ");
-    let mut out = format!("### {title} ({})\n\n{}\n\n", r.generated_at, summary_line(r));
+    let mut out = format!(
+        "### {title} ({})\n\n{}\n\n",
+        r.generated_at,
+        summary_line(r)
+    );
     out.push_str("| # | Policy | Workload | Pods | Memory (max pod / threshold) | Trigger | Decision | Reason |\n");
     out.push_str("|---|---|---|---|---|---|---|---|\n");
     for row in &r.rows {

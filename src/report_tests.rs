@@ -14,7 +14,11 @@ fn t(s: &str) -> DateTime<Utc> {
 }
 
 fn target(kind: Kind, ns: &str, name: &str) -> WorkloadRef {
-    WorkloadRef { kind, namespace: ns.into(), name: name.into() }
+    WorkloadRef {
+        kind,
+        namespace: ns.into(),
+        name: name.into(),
+    }
 }
 
 fn fixture() -> (Plan, Vec<Outcome>) {
@@ -22,9 +26,18 @@ fn fixture() -> (Plan, Vec<Outcome>) {
         policy: "mcp".into(),
         target: target(Kind::StatefulSet, "toolhive", name),
         method: Method::Rollout,
-        triggers: vec![Trigger::Memory { pod: format!("{name}-0"), usage, threshold: 435 << 20 }],
+        triggers: vec![Trigger::Memory {
+            pod: format!("{name}-0"),
+            usage,
+            threshold: 435 << 20,
+        }],
         pods: 1,
-        memory: Some(MemoryReading { pod: format!("{name}-0"), usage, threshold: Some(435 << 20), missing: 0 }),
+        memory: Some(MemoryReading {
+            pod: format!("{name}-0"),
+            usage,
+            threshold: Some(435 << 20),
+            missing: 0,
+        }),
         seen_restarted_at: None,
         timeout: None,
         on_revert: OnRevert::Fail,
@@ -38,7 +51,12 @@ fn fixture() -> (Plan, Vec<Outcome>) {
             policy: "api".into(),
             target: target(Kind::Deployment, "shop", "leaky-api"),
             pods: 3,
-            memory: Some(MemoryReading { pod: "leaky-api-1".into(), usage: 86 << 20, threshold: Some(1 << 30), missing: 0 }),
+            memory: Some(MemoryReading {
+                pod: "leaky-api-1".into(),
+                usage: 86 << 20,
+                threshold: Some(1 << 30),
+                missing: 0,
+            }),
             reason: SkipReason::Paused,
         }],
         metrics_unavailable: None,
@@ -56,7 +74,14 @@ fn fixture() -> (Plan, Vec<Outcome>) {
     };
     let outcomes = vec![
         outcome("fetch", Status::Bounced, 9),
-        Outcome { started: None, patched_at: None, completed_at: None, finished: None, verification: None, ..outcome("github", Status::NotAttempted, 0) },
+        Outcome {
+            started: None,
+            patched_at: None,
+            completed_at: None,
+            finished: None,
+            verification: None,
+            ..outcome("github", Status::NotAttempted, 0)
+        },
     ];
     (plan, outcomes)
 }
@@ -82,7 +107,10 @@ fn plan_table_says_what_would_happen() {
     let got = table(&build(&plan, Mode::DryRun, None));
     assert!(got.contains("would bounce #1"), "{got}");
     assert!(got.contains("would bounce #2"), "{got}");
-    assert!(got.ends_with("2 to bounce, 1 skipped (dry run: nothing was changed)\n"), "{got}");
+    assert!(
+        got.ends_with("2 to bounce, 1 skipped (dry run: nothing was changed)\n"),
+        "{got}"
+    );
 }
 
 #[test]
@@ -111,10 +139,16 @@ fn json_has_the_documented_stable_fields() {
     assert_eq!(v["apiVersion"], "bouncer.dev/v1alpha1");
     assert_eq!(v["kind"], "BounceReport");
     assert_eq!(v["mode"], "run");
-    assert_eq!(v["summary"], serde_json::json!({"planned": 2, "bounced": 1, "failed": 0, "skipped": 1, "notAttempted": 1}));
+    assert_eq!(
+        v["summary"],
+        serde_json::json!({"planned": 2, "bounced": 1, "failed": 0, "skipped": 1, "notAttempted": 1})
+    );
     let first = &v["rows"][0];
     assert_eq!(first["order"], 1);
-    assert_eq!(first["workload"], serde_json::json!({"kind": "StatefulSet", "namespace": "toolhive", "name": "fetch"}));
+    assert_eq!(
+        first["workload"],
+        serde_json::json!({"kind": "StatefulSet", "namespace": "toolhive", "name": "fetch"})
+    );
     assert_eq!(first["decision"], "bounced");
     assert_eq!(first["method"], "rollout");
     assert_eq!(first["durationSeconds"], 9.0);

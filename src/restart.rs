@@ -51,10 +51,17 @@ where
 
 /// Writes exactly what `kubectl rollout restart` writes: a strategic-merge patch of the pod
 /// template's restartedAt annotation (RFC3339, seconds). Returns the value written.
-pub async fn patch_restarted_at(client: &Client, target: &WorkloadRef, at: DateTime<Utc>) -> Result<String, ClusterError> {
+pub async fn patch_restarted_at(
+    client: &Client,
+    target: &WorkloadRef,
+    at: DateTime<Utc>,
+) -> Result<String, ClusterError> {
     let value = rfc3339(at);
     let body = json!({"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: value}}}}});
-    let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
     let ns = target.namespace.as_str();
     let patched = with_retries(&format!("patch {target}"), || {
         let patch = Patch::Strategic(&body);
@@ -62,15 +69,27 @@ pub async fn patch_restarted_at(client: &Client, target: &WorkloadRef, at: DateT
         async move {
             use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
             match target.kind {
-                Kind::Deployment => Api::<Deployment>::namespaced(client, ns).patch(name, params, &patch).await.map(drop),
-                Kind::StatefulSet => Api::<StatefulSet>::namespaced(client, ns).patch(name, params, &patch).await.map(drop),
-                Kind::DaemonSet => Api::<DaemonSet>::namespaced(client, ns).patch(name, params, &patch).await.map(drop),
+                Kind::Deployment => Api::<Deployment>::namespaced(client, ns)
+                    .patch(name, params, &patch)
+                    .await
+                    .map(drop),
+                Kind::StatefulSet => Api::<StatefulSet>::namespaced(client, ns)
+                    .patch(name, params, &patch)
+                    .await
+                    .map(drop),
+                Kind::DaemonSet => Api::<DaemonSet>::namespaced(client, ns)
+                    .patch(name, params, &patch)
+                    .await
+                    .map(drop),
                 Kind::Pod => unreachable!("bare pods are evicted, never patched"),
             }
         }
     })
     .await;
-    patched.map_err(|source| ClusterError::Patch { target: target.clone(), source })?;
+    patched.map_err(|source| ClusterError::Patch {
+        target: target.clone(),
+        source,
+    })?;
     Ok(value)
 }
 
@@ -79,7 +98,11 @@ pub async fn eviction_version(client: &Client) -> Result<&'static str, kube::Err
     let groups = with_retries("discover API groups", || client.list_api_groups()).await?;
     let policy = groups.groups.iter().find(|g| g.name == "policy");
     let has_v1 = policy.is_some_and(|g| g.versions.iter().any(|v| v.version == "v1"));
-    Ok(if has_v1 { "policy/v1" } else { "policy/v1beta1" })
+    Ok(if has_v1 {
+        "policy/v1"
+    } else {
+        "policy/v1beta1"
+    })
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -94,7 +117,13 @@ pub enum EvictError {
 }
 
 /// Evicts one pod, retrying while a PodDisruptionBudget answers 429, until `deadline`.
-pub async fn evict(client: &Client, namespace: &str, pod: &str, version: &str, deadline: tokio::time::Instant) -> Result<(), EvictError> {
+pub async fn evict(
+    client: &Client,
+    namespace: &str,
+    pod: &str,
+    version: &str,
+    deadline: tokio::time::Instant,
+) -> Result<(), EvictError> {
     let body = serde_json::to_vec(&json!({
         "apiVersion": version, "kind": "Eviction",
         "metadata": {"name": pod, "namespace": namespace},
@@ -114,7 +143,8 @@ pub async fn evict(client: &Client, namespace: &str, pod: &str, version: &str, d
             .expect("valid request");
         // The client retries 429/503/504 by itself with a backoff that grows to minutes, so one
         // request can outlast the whole bounce: the deadline bounds each request too.
-        let Ok(answer) = tokio::time::timeout_at(deadline, client.request::<Status>(req)).await else {
+        let Ok(answer) = tokio::time::timeout_at(deadline, client.request::<Status>(req)).await
+        else {
             return Err(refused(last));
         };
         match answer {
@@ -130,7 +160,12 @@ pub async fn evict(client: &Client, namespace: &str, pod: &str, version: &str, d
                 delay = (delay * 2).min(Duration::from_secs(5));
             }
             Err(source) => {
-                return Err(ClusterError::Evict { namespace: namespace.into(), pod: pod.into(), source }.into());
+                return Err(ClusterError::Evict {
+                    namespace: namespace.into(),
+                    pod: pod.into(),
+                    source,
+                }
+                .into());
             }
         }
     }
@@ -156,7 +191,12 @@ pub async fn wait_replaced(
     let mut pods: BTreeMap<String, (bool, bool)> = BTreeMap::new();
     let mut init: BTreeMap<String, (bool, bool)> = BTreeMap::new();
     let done = |pods: &BTreeMap<String, (bool, bool)>| {
-        !pods.contains_key(evicted_uid) && pods.values().filter(|(ready, deleting)| *ready && !*deleting).count() >= want
+        !pods.contains_key(evicted_uid)
+            && pods
+                .values()
+                .filter(|(ready, deleting)| *ready && !*deleting)
+                .count()
+                >= want
     };
     let waiting = async {
         loop {
@@ -189,7 +229,10 @@ pub async fn wait_replaced(
         let ready = pods.values().filter(|(r, d)| *r && !*d).count();
         Err(EvictError::NoReplacement {
             pod: format!("{namespace}/{name}"),
-            detail: format!("{ready}/{want} ready, old pod gone: {}", !pods.contains_key(evicted_uid)),
+            detail: format!(
+                "{ready}/{want} ready, old pod gone: {}",
+                !pods.contains_key(evicted_uid)
+            ),
         })
     }
 }

@@ -33,13 +33,22 @@ pub fn state(kind: Kind, strategy: UpdateStrategy, s: &RolloutStatus) -> Rollout
                 return Failed("exceeded its progress deadline".into());
             }
             if s.updated < s.desired {
-                return InProgress(format!("{} of {} new replicas updated", s.updated, s.desired));
+                return InProgress(format!(
+                    "{} of {} new replicas updated",
+                    s.updated, s.desired
+                ));
             }
             if s.current > s.updated {
-                return InProgress(format!("{} old replicas pending termination", s.current - s.updated));
+                return InProgress(format!(
+                    "{} old replicas pending termination",
+                    s.current - s.updated
+                ));
             }
             if s.available < s.updated {
-                return InProgress(format!("{} of {} updated replicas available", s.available, s.updated));
+                return InProgress(format!(
+                    "{} of {} updated replicas available",
+                    s.available, s.updated
+                ));
             }
             Complete
         }
@@ -54,7 +63,10 @@ pub fn state(kind: Kind, strategy: UpdateStrategy, s: &RolloutStatus) -> Rollout
                 return InProgress(format!("{} of {} new pods updated", s.updated, s.desired));
             }
             if s.available < s.desired {
-                return InProgress(format!("{} of {} updated pods available", s.available, s.desired));
+                return InProgress(format!(
+                    "{} of {} updated pods available",
+                    s.available, s.desired
+                ));
             }
             Complete
         }
@@ -71,12 +83,18 @@ pub fn state(kind: Kind, strategy: UpdateStrategy, s: &RolloutStatus) -> Rollout
             if s.partition > 0 {
                 let wanted = s.desired - s.partition;
                 if s.updated < wanted {
-                    return InProgress(format!("partitioned roll out: {} of {} new pods updated", s.updated, wanted));
+                    return InProgress(format!(
+                        "partitioned roll out: {} of {} new pods updated",
+                        s.updated, wanted
+                    ));
                 }
                 return Complete;
             }
             if s.update_revision != s.current_revision {
-                return InProgress(format!("{} of {} pods at the new revision", s.updated, s.desired));
+                return InProgress(format!(
+                    "{} of {} pods at the new revision",
+                    s.updated, s.desired
+                ));
             }
             Complete
         }
@@ -87,7 +105,11 @@ pub fn state(kind: Kind, strategy: UpdateStrategy, s: &RolloutStatus) -> Rollout
 #[derive(Debug, thiserror::Error)]
 pub enum WaitError {
     #[error("rollout of {target} did not complete within {}: {last}", humantime::format_duration(*timeout))]
-    Timeout { target: WorkloadRef, timeout: Duration, last: String },
+    Timeout {
+        target: WorkloadRef,
+        timeout: Duration,
+        last: String,
+    },
     #[error("rollout of {target} failed: {reason}")]
     Failed { target: WorkloadRef, reason: String },
     #[error("{target} was deleted during the rollout")]
@@ -98,10 +120,16 @@ pub enum WaitError {
 
 /// Waits on a watch until the rollout completes by kubectl's rules. The watcher re-lists and
 /// resumes with backoff across API errors and API server restarts, so a blip does not lose the wait.
-pub async fn wait(client: &Client, target: &WorkloadRef, timeout: Duration) -> Result<(), WaitError> {
+pub async fn wait(
+    client: &Client,
+    target: &WorkloadRef,
+    timeout: Duration,
+) -> Result<(), WaitError> {
     match target.kind {
         Kind::Deployment => watch::<Deployment>(client, target, timeout, convert::deployment).await,
-        Kind::StatefulSet => watch::<StatefulSet>(client, target, timeout, convert::statefulset).await,
+        Kind::StatefulSet => {
+            watch::<StatefulSet>(client, target, timeout, convert::statefulset).await
+        }
         Kind::DaemonSet => watch::<DaemonSet>(client, target, timeout, convert::daemonset).await,
         Kind::Pod => Ok(()),
     }
@@ -114,7 +142,12 @@ async fn watch<K>(
     to_workload: fn(&K) -> crate::model::Workload,
 ) -> Result<(), WaitError>
 where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Debug + Send + 'static,
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + 'static,
 {
     let api: Api<K> = Api::namespaced(client.clone(), &target.namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={}", target.name));
@@ -128,7 +161,10 @@ where
                     match state(target.kind, w.strategy, &w.status) {
                         RolloutState::Complete => return Ok(()),
                         RolloutState::Failed(reason) => {
-                            return Err(WaitError::Failed { target: target.clone(), reason });
+                            return Err(WaitError::Failed {
+                                target: target.clone(),
+                                reason,
+                            });
                         }
                         RolloutState::InProgress(detail) => {
                             if detail != last {
@@ -138,9 +174,17 @@ where
                         }
                     }
                 }
-                Ok(Some(watcher::Event::Delete(_))) => return Err(WaitError::Deleted { target: target.clone() }),
+                Ok(Some(watcher::Event::Delete(_))) => {
+                    return Err(WaitError::Deleted {
+                        target: target.clone(),
+                    });
+                }
                 Ok(Some(watcher::Event::Init | watcher::Event::InitDone)) => {}
-                Ok(None) => return Err(WaitError::Interrupted { target: target.clone() }),
+                Ok(None) => {
+                    return Err(WaitError::Interrupted {
+                        target: target.clone(),
+                    });
+                }
                 // default_backoff already retried; log and keep waiting until the deadline.
                 Err(e) => tracing::warn!(workload = %target, "watch error, retrying: {e}"),
             }
@@ -149,7 +193,11 @@ where
     let result = tokio::time::timeout(timeout, waiting).await;
     match result {
         Ok(r) => r,
-        Err(_) => Err(WaitError::Timeout { target: target.clone(), timeout, last }),
+        Err(_) => Err(WaitError::Timeout {
+            target: target.clone(),
+            timeout,
+            last,
+        }),
     }
 }
 
@@ -157,7 +205,14 @@ where
 mod tests {
     use super::*;
 
-    fn status(generation: i64, observed: i64, desired: i32, current: i32, updated: i32, available: i32) -> RolloutStatus {
+    fn status(
+        generation: i64,
+        observed: i64,
+        desired: i32,
+        current: i32,
+        updated: i32,
+        available: i32,
+    ) -> RolloutStatus {
         RolloutStatus {
             generation,
             observed_generation: observed,
@@ -187,8 +242,14 @@ mod tests {
                 RolloutState::Failed(m) => panic!("{s:?} failed: {m}"),
             }
         }
-        let stuck = RolloutStatus { progress_deadline_exceeded: true, ..status(2, 2, 3, 4, 1, 3) };
-        assert!(matches!(state(Kind::Deployment, ru, &stuck), RolloutState::Failed(_)));
+        let stuck = RolloutStatus {
+            progress_deadline_exceeded: true,
+            ..status(2, 2, 3, 4, 1, 3)
+        };
+        assert!(matches!(
+            state(Kind::Deployment, ru, &stuck),
+            RolloutState::Failed(_)
+        ));
     }
 
     #[test]
@@ -197,28 +258,55 @@ mod tests {
         let mut s = status(3, 3, 2, 2, 1, 2);
         s.current_revision = Some("a".into());
         s.update_revision = Some("b".into());
-        assert!(matches!(state(Kind::StatefulSet, ru, &s), RolloutState::InProgress(_)));
+        assert!(matches!(
+            state(Kind::StatefulSet, ru, &s),
+            RolloutState::InProgress(_)
+        ));
         s.current_revision = Some("b".into());
         assert_eq!(state(Kind::StatefulSet, ru, &s), RolloutState::Complete);
         let never_observed = status(1, 0, 1, 1, 1, 1);
-        assert!(matches!(state(Kind::StatefulSet, ru, &never_observed), RolloutState::InProgress(_)));
+        assert!(matches!(
+            state(Kind::StatefulSet, ru, &never_observed),
+            RolloutState::InProgress(_)
+        ));
         let mut part = status(3, 3, 4, 4, 1, 4);
         part.partition = 2;
         part.current_revision = Some("a".into());
         part.update_revision = Some("b".into());
-        assert!(matches!(state(Kind::StatefulSet, ru, &part), RolloutState::InProgress(_)));
+        assert!(matches!(
+            state(Kind::StatefulSet, ru, &part),
+            RolloutState::InProgress(_)
+        ));
         part.updated = 2;
         assert_eq!(state(Kind::StatefulSet, ru, &part), RolloutState::Complete);
-        let not_ready = RolloutStatus { ready: 1, ..status(3, 3, 2, 2, 2, 1) };
-        assert!(matches!(state(Kind::StatefulSet, ru, &not_ready), RolloutState::InProgress(_)));
+        let not_ready = RolloutStatus {
+            ready: 1,
+            ..status(3, 3, 2, 2, 2, 1)
+        };
+        assert!(matches!(
+            state(Kind::StatefulSet, ru, &not_ready),
+            RolloutState::InProgress(_)
+        ));
     }
 
     #[test]
     fn daemonset_waits_for_updated_and_available() {
         let ru = UpdateStrategy::RollingUpdate;
-        assert!(matches!(state(Kind::DaemonSet, ru, &status(2, 1, 2, 2, 2, 2)), RolloutState::InProgress(_)));
-        assert!(matches!(state(Kind::DaemonSet, ru, &status(2, 2, 2, 2, 1, 2)), RolloutState::InProgress(_)));
-        assert!(matches!(state(Kind::DaemonSet, ru, &status(2, 2, 2, 2, 2, 1)), RolloutState::InProgress(_)));
-        assert_eq!(state(Kind::DaemonSet, ru, &status(2, 2, 2, 2, 2, 2)), RolloutState::Complete);
+        assert!(matches!(
+            state(Kind::DaemonSet, ru, &status(2, 1, 2, 2, 2, 2)),
+            RolloutState::InProgress(_)
+        ));
+        assert!(matches!(
+            state(Kind::DaemonSet, ru, &status(2, 2, 2, 2, 1, 2)),
+            RolloutState::InProgress(_)
+        ));
+        assert!(matches!(
+            state(Kind::DaemonSet, ru, &status(2, 2, 2, 2, 2, 1)),
+            RolloutState::InProgress(_)
+        ));
+        assert_eq!(
+            state(Kind::DaemonSet, ru, &status(2, 2, 2, 2, 2, 2)),
+            RolloutState::Complete
+        );
     }
 }

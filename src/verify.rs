@@ -25,15 +25,25 @@ pub enum Verdict {
 }
 
 /// Pure check of a fresh read against what the bounce wrote.
-pub fn check(w: &Workload, written: &str, patched_at: DateTime<Utc>, old_uids: &BTreeSet<String>) -> Verdict {
+pub fn check(
+    w: &Workload,
+    written: &str,
+    patched_at: DateTime<Utc>,
+    old_uids: &BTreeSet<String>,
+) -> Verdict {
     let found = w.restarted_at.map(rfc3339);
     if found.as_deref() != Some(written) {
         return Verdict::Reverted { found };
     }
     // startTime has whole seconds; a pod started in the second of the patch is new.
-    let since = patched_at.duration_trunc(TimeDelta::seconds(1)).unwrap_or(patched_at);
+    let since = patched_at
+        .duration_trunc(TimeDelta::seconds(1))
+        .unwrap_or(patched_at);
     let live: Vec<_> = w.pods.iter().filter(|p| !p.deleting).collect();
-    let old = live.iter().filter(|p| old_uids.contains(&p.uid) || p.started.is_none_or(|s| s < since)).count();
+    let old = live
+        .iter()
+        .filter(|p| old_uids.contains(&p.uid) || p.started.is_none_or(|s| s < since))
+        .count();
     let unready = live.iter().filter(|p| !p.ready).count();
     if old > 0 || unready > 0 || (live.len() as i32) < w.status.desired {
         return Verdict::Incomplete {
@@ -79,9 +89,18 @@ pub async fn reverters(client: &Client, target: &WorkloadRef, since: DateTime<Ut
     let name = target.name.as_str();
     let fields = with_retries(&format!("read managedFields of {target}"), || async {
         match target.kind {
-            Kind::Deployment => Api::<Deployment>::namespaced(client.clone(), ns).get(name).await.map(|o| o.metadata.managed_fields),
-            Kind::StatefulSet => Api::<StatefulSet>::namespaced(client.clone(), ns).get(name).await.map(|o| o.metadata.managed_fields),
-            Kind::DaemonSet => Api::<DaemonSet>::namespaced(client.clone(), ns).get(name).await.map(|o| o.metadata.managed_fields),
+            Kind::Deployment => Api::<Deployment>::namespaced(client.clone(), ns)
+                .get(name)
+                .await
+                .map(|o| o.metadata.managed_fields),
+            Kind::StatefulSet => Api::<StatefulSet>::namespaced(client.clone(), ns)
+                .get(name)
+                .await
+                .map(|o| o.metadata.managed_fields),
+            Kind::DaemonSet => Api::<DaemonSet>::namespaced(client.clone(), ns)
+                .get(name)
+                .await
+                .map(|o| o.metadata.managed_fields),
             Kind::Pod => Ok(None),
         }
     })
@@ -90,7 +109,10 @@ pub async fn reverters(client: &Client, target: &WorkloadRef, since: DateTime<Ut
         Ok(entries) => from_entries(entries.unwrap_or_default().as_slice(), since),
         Err(e) => {
             tracing::warn!("reading managedFields of {target}: {e}");
-            Reverters { managers: Vec::new(), wrote_after: false }
+            Reverters {
+                managers: Vec::new(),
+                wrote_after: false,
+            }
         }
     }
 }
@@ -98,9 +120,15 @@ pub async fn reverters(client: &Client, target: &WorkloadRef, since: DateTime<Ut
 fn from_entries(entries: &[ManagedFieldsEntry], since: DateTime<Utc>) -> Reverters {
     let recent = writers(entries, Some(since));
     if recent.is_empty() {
-        Reverters { managers: writers(entries, None), wrote_after: false }
+        Reverters {
+            managers: writers(entries, None),
+            wrote_after: false,
+        }
     } else {
-        Reverters { managers: recent, wrote_after: true }
+        Reverters {
+            managers: recent,
+            wrote_after: true,
+        }
     }
 }
 
@@ -110,8 +138,14 @@ fn writers(entries: &[ManagedFieldsEntry], since: Option<DateTime<Utc>>) -> Vec<
     let since = since.map(|s| s.duration_trunc(TimeDelta::seconds(1)).unwrap_or(s));
     let mut names: Vec<String> = entries
         .iter()
-        .filter(|e| since.is_none_or(|since| e.time.as_ref().is_some_and(|t| convert::time(t) >= since)))
-        .filter(|e| e.fields_v1.as_ref().is_some_and(|f| f.0.pointer("/f:spec/f:template").is_some()))
+        .filter(|e| {
+            since.is_none_or(|since| e.time.as_ref().is_some_and(|t| convert::time(t) >= since))
+        })
+        .filter(|e| {
+            e.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.pointer("/f:spec/f:template").is_some())
+        })
         .filter_map(|e| e.manager.clone())
         .filter(|m| m != FIELD_MANAGER && !BUILTIN_MANAGERS.contains(&m.as_str()))
         .collect();
@@ -140,7 +174,11 @@ mod tests {
 
     fn workload(annotation: Option<&str>, pods: Vec<PodSample>) -> Workload {
         Workload {
-            target: WorkloadRef { kind: Kind::Deployment, namespace: "ns".into(), name: "web".into() },
+            target: WorkloadRef {
+                kind: Kind::Deployment,
+                namespace: "ns".into(),
+                name: "web".into(),
+            },
             labels: Default::default(),
             template_labels: Default::default(),
             pod_selector: String::new(),
@@ -148,7 +186,10 @@ mod tests {
             restarted_at: annotation.map(|a| a.parse().unwrap()),
             paused: false,
             strategy: UpdateStrategy::RollingUpdate,
-            status: RolloutStatus { desired: 2, ..Default::default() },
+            status: RolloutStatus {
+                desired: 2,
+                ..Default::default()
+            },
             min_ready_during_restart: 1,
             pods,
             mirror: false,
@@ -160,30 +201,57 @@ mod tests {
         let at: DateTime<Utc> = "2026-01-01T03:00:00.600Z".parse().unwrap();
         let written = "2026-01-01T03:00:00Z";
         let old: BTreeSet<String> = ["a".to_string()].into();
-        let fresh = vec![pod("b", "2026-01-01T03:00:00Z", true), pod("c", "2026-01-01T03:00:05Z", true)];
-        assert_eq!(check(&workload(Some(written), fresh.clone()), written, at, &old), Verdict::Verified { pods: 2 });
-        assert_eq!(check(&workload(None, fresh.clone()), written, at, &old), Verdict::Reverted { found: None });
+        let fresh = vec![
+            pod("b", "2026-01-01T03:00:00Z", true),
+            pod("c", "2026-01-01T03:00:05Z", true),
+        ];
+        assert_eq!(
+            check(&workload(Some(written), fresh.clone()), written, at, &old),
+            Verdict::Verified { pods: 2 }
+        );
+        assert_eq!(
+            check(&workload(None, fresh.clone()), written, at, &old),
+            Verdict::Reverted { found: None }
+        );
         let other = "2026-01-01T02:00:00Z";
         assert_eq!(
             check(&workload(Some(other), fresh), written, at, &old),
-            Verdict::Reverted { found: Some(other.into()) }
+            Verdict::Reverted {
+                found: Some(other.into())
+            }
         );
-        let mixed = vec![pod("a", "2026-01-01T01:00:00Z", true), pod("c", "2026-01-01T03:00:05Z", true)];
-        assert!(matches!(check(&workload(Some(written), mixed), written, at, &old), Verdict::Incomplete { .. }));
-        let unready = vec![pod("b", "2026-01-01T03:00:01Z", false), pod("c", "2026-01-01T03:00:05Z", true)];
-        assert!(matches!(check(&workload(Some(written), unready), written, at, &old), Verdict::Incomplete { .. }));
+        let mixed = vec![
+            pod("a", "2026-01-01T01:00:00Z", true),
+            pod("c", "2026-01-01T03:00:05Z", true),
+        ];
+        assert!(matches!(
+            check(&workload(Some(written), mixed), written, at, &old),
+            Verdict::Incomplete { .. }
+        ));
+        let unready = vec![
+            pod("b", "2026-01-01T03:00:01Z", false),
+            pod("c", "2026-01-01T03:00:05Z", true),
+        ];
+        assert!(matches!(
+            check(&workload(Some(written), unready), written, at, &old),
+            Verdict::Incomplete { .. }
+        ));
     }
 
     #[test]
     fn writers_are_recent_template_writers_other_than_us_and_builtins() {
         let entry = |manager: &str, time: &str, template: bool| ManagedFieldsEntry {
             manager: Some(manager.into()),
-            time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(time.parse().unwrap())),
-            fields_v1: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(if template {
-                serde_json::json!({"f:spec": {"f:template": {}}})
-            } else {
-                serde_json::json!({"f:status": {}})
-            })),
+            time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                time.parse().unwrap(),
+            )),
+            fields_v1: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
+                if template {
+                    serde_json::json!({"f:spec": {"f:template": {}}})
+                } else {
+                    serde_json::json!({"f:status": {}})
+                },
+            )),
             ..Default::default()
         };
         let since: DateTime<Utc> = "2026-01-01T03:00:00.5Z".parse().unwrap();
@@ -194,29 +262,68 @@ mod tests {
             entry("helm", "2026-01-01T02:00:00Z", true),
             entry("status-writer", "2026-01-01T03:00:03Z", false),
         ];
-        assert_eq!(writers(&entries, Some(since)), vec!["toolhive-operator".to_string()]);
-        assert_eq!(from_entries(&entries, since), Reverters { managers: vec!["toolhive-operator".into()], wrote_after: true });
+        assert_eq!(
+            writers(&entries, Some(since)),
+            vec!["toolhive-operator".to_string()]
+        );
+        assert_eq!(
+            from_entries(&entries, since),
+            Reverters {
+                managers: vec!["toolhive-operator".into()],
+                wrote_after: true
+            }
+        );
     }
 
     #[test]
     fn a_removal_leaves_only_ownership_so_the_template_owners_are_named() {
         let entry = |manager: &str, time: &str, path: serde_json::Value| ManagedFieldsEntry {
             manager: Some(manager.into()),
-            time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(time.parse().unwrap())),
-            fields_v1: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(path)),
+            time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                time.parse().unwrap(),
+            )),
+            fields_v1: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
+                path,
+            )),
             ..Default::default()
         };
         // What the API server keeps after an operator deleted our annotation: its entry from
         // creation (old time), the controller's status, and no entry for bouncer at all.
         let since: DateTime<Utc> = "2026-01-01T03:00:00Z".parse().unwrap();
         let entries = vec![
-            entry("toolhive-operator", "2026-01-01T02:00:00Z", serde_json::json!({"f:spec": {"f:template": {}}})),
-            entry("kube-controller-manager", "2026-01-01T03:00:05Z", serde_json::json!({"f:status": {}})),
-            entry("helm", "2026-01-01T01:00:00Z", serde_json::json!({"f:metadata": {"f:labels": {}}})),
+            entry(
+                "toolhive-operator",
+                "2026-01-01T02:00:00Z",
+                serde_json::json!({"f:spec": {"f:template": {}}}),
+            ),
+            entry(
+                "kube-controller-manager",
+                "2026-01-01T03:00:05Z",
+                serde_json::json!({"f:status": {}}),
+            ),
+            entry(
+                "helm",
+                "2026-01-01T01:00:00Z",
+                serde_json::json!({"f:metadata": {"f:labels": {}}}),
+            ),
         ];
         let found = from_entries(&entries, since);
-        assert_eq!(found, Reverters { managers: vec!["toolhive-operator".into()], wrote_after: false });
-        assert!(found.to_string().starts_with("toolhive-operator (owner of the pod template"), "{found}");
-        assert_eq!(from_entries(&entries[1..], since).to_string(), "an unknown writer");
+        assert_eq!(
+            found,
+            Reverters {
+                managers: vec!["toolhive-operator".into()],
+                wrote_after: false
+            }
+        );
+        assert!(
+            found
+                .to_string()
+                .starts_with("toolhive-operator (owner of the pod template"),
+            "{found}"
+        );
+        assert_eq!(
+            from_entries(&entries[1..], since).to_string(),
+            "an unknown writer"
+        );
     }
 }

@@ -273,6 +273,11 @@ def main():
     namespaces = [ns_name(i) for i in range(max(1, -(-args.pods // PODS_PER_NS)))]
     expected = len(namespaces) * PODS_PER_NS
     t0 = time.time()
+    extra = [n["metadata"]["name"] for n in list_all("/api/v1/namespaces", "&labelSelector=bench%3Dtrue")
+             if n["metadata"]["name"] not in namespaces]
+    if extra:
+        raise SystemExit(f"load: the cluster already holds {len(extra) + len(namespaces)} bench namespaces, more than "
+                         f"the {len(namespaces)} asked for: measure smaller sizes on a fresh cluster")
     install_metrics_crd()
 
     objects = [namespace_objects(ns) for ns in namespaces]

@@ -160,6 +160,24 @@ class Bench:
         requests = [self.audit_requests(a, b) for a, b in zip(offsets, offsets[1:])]
         return results, requests
 
+    def many_policies(self, n=25):
+        """bouncer's requests with n policies (one per app, memory and schedule triggers) instead of one."""
+        d = os.path.join(self.work, "many-policies")
+        os.makedirs(d, exist_ok=True)
+        docs = []
+        for i in range(n):
+            docs.append(POLICY.replace("name: bench-memory", f"name: bench-{i:02d}")
+                        .replace('bench: "true"', f'app: web-{i % 14:02d}')
+                        .replace("  maxPerRun: 100000\n", '  maxPerRun: 100000\n  cooldown: 1h\n')
+                        .replace("    memory:\n", '    schedule: {cron: "0 3 * * *"}\n    memory:\n'))
+        with open(os.path.join(d, "policies.yaml"), "w") as f:
+            f.write("---\n".join(docs))
+        env = dict(os.environ, BOUNCER_POLICIES=d, BOUNCER_LOG="warn")
+        start = self.audit_size()
+        timed([self.bouncer, "plan", "--output", "json"], env=env)
+        time.sleep(1.5)
+        return self.audit_requests(start, self.audit_size())
+
     def decisions(self):
         with open(self.report) as f:
             rep = json.load(f)
@@ -257,6 +275,11 @@ def main():
         if planned != diy_workloads or planned == 0:
             failed.append(f"{size} pods: bouncer planned {planned}, DIY found {diy_workloads} workloads")
         failed += [f"{size} pods: {p}" for p in check_requests(requests, counts, pdb_probe)]
+        many = bench.many_policies()
+        print(f"with 25 policies instead of 1: {sum(many.values())} requests"
+              + (", the same" if many == requests[0] else f"  <-- DIFFERENT: {sorted(many.items())}"))
+        if many != requests[0]:
+            failed.append(f"{size} pods: requests depend on the number of policies")
         scale.append((load["pods"], results))
     if len(scale) > 1:
         print("\n### scaling (medians)\n")

@@ -209,8 +209,9 @@ mod tests {
         struct Doc {
             q: RawQuantity,
         }
-        let parse =
-            |yaml: &str| serde_yaml_ng::from_str::<Doc>(yaml).map(|d| crate::quantity::parse_bytes(&d.q.0));
+        let parse = |yaml: &str| {
+            serde_yaml_ng::from_str::<Doc>(yaml).map(|d| crate::quantity::parse_bytes(&d.q.0))
+        };
         assert_eq!(parse("q: 1e9").unwrap(), Ok(1_000_000_000));
         assert_eq!(parse("q: 2048").unwrap(), Ok(2048));
         assert_eq!(parse("q: 1.5").unwrap(), Ok(2));

@@ -12,7 +12,6 @@ use serde_yaml_ng::Value;
 use super::raw::{
     RawMemory, RawPolicy, RawRestart, RawSchedule, RawSelector, RawTarget, RawWindow,
 };
-use crate::quantity::parse_bytes as parse_quantity;
 use super::selector::{
     dns1123_label_problem, dns1123_subdomain_problem, label_key_problem, label_value_problem,
 };
@@ -21,6 +20,7 @@ use super::{
     MemoryTrigger, OnRevert, Operator, Policy, PolicyError, Requirement, Restart, RestartMethod,
 };
 use crate::model::Kind;
+use crate::quantity::parse_bytes as parse_quantity;
 use crate::schedule::Schedule;
 
 const DEFAULT_STARTING_DEADLINE: Duration = Duration::from_secs(2 * 3600);

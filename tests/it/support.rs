@@ -21,7 +21,10 @@ pub struct Bounced {
 
 impl Bounced {
     pub fn rows(&self) -> Vec<&Value> {
-        self.report["rows"].as_array().map(|r| r.iter().collect()).unwrap_or_default()
+        self.report["rows"]
+            .as_array()
+            .map(|r| r.iter().collect())
+            .unwrap_or_default()
     }
 
     /// (workload name, decision) of every row with a queue position, in queue order.
@@ -29,7 +32,12 @@ impl Bounced {
         self.rows()
             .into_iter()
             .filter(|r| !r["order"].is_null())
-            .map(|r| (name(r), r["decision"].as_str().unwrap_or_default().to_string()))
+            .map(|r| {
+                (
+                    name(r),
+                    r["decision"].as_str().unwrap_or_default().to_string(),
+                )
+            })
             .collect()
     }
 
@@ -41,12 +49,19 @@ impl Bounced {
     }
 
     pub fn bounced(&self) -> Vec<String> {
-        self.queue().into_iter().filter(|(_, d)| d == "bounced").map(|(n, _)| n).collect()
+        self.queue()
+            .into_iter()
+            .filter(|(_, d)| d == "bounced")
+            .map(|(n, _)| n)
+            .collect()
     }
 }
 
 pub fn name(row: &Value) -> String {
-    row["workload"]["name"].as_str().unwrap_or_default().to_string()
+    row["workload"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// A directory of policy files for one test, removed on drop.
@@ -73,13 +88,25 @@ pub async fn bouncer(args: &[&str], policies: &Policies, ns: &str) -> Bounced {
     bouncer_env(args, policies, ns, &[]).await
 }
 
-pub async fn bouncer_env(args: &[&str], policies: &Policies, ns: &str, env: &[(&str, &str)]) -> Bounced {
+pub async fn bouncer_env(
+    args: &[&str],
+    policies: &Policies,
+    ns: &str,
+    env: &[(&str, &str)],
+) -> Bounced {
     let cluster = bouncer_testkit::cluster();
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_bouncer"))
         .args(args)
         .arg("--policies")
         .arg(policies.path())
-        .args(["--output", "json", "--lease-namespace", ns, "--rollout-timeout", "90s"])
+        .args([
+            "--output",
+            "json",
+            "--lease-namespace",
+            ns,
+            "--rollout-timeout",
+            "90s",
+        ])
         .env("KUBECONFIG", &cluster.kubeconfig)
         .env("BOUNCER_VERIFY_SETTLE", "1s")
         .envs(env.iter().copied())
@@ -89,23 +116,46 @@ pub async fn bouncer_env(args: &[&str], policies: &Policies, ns: &str, env: &[(&
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     let report = serde_json::from_str(&stdout).unwrap_or(Value::Null);
-    Bounced { code: out.status.code().unwrap_or(-1), report, stdout, stderr }
+    Bounced {
+        code: out.status.code().unwrap_or(-1),
+        report,
+        stdout,
+        stderr,
+    }
 }
 
 pub async fn deployment(client: &Client, ns: &str, name: &str) -> Deployment {
-    Api::<Deployment>::namespaced(client.clone(), ns).get(name).await.expect("get deployment")
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .expect("get deployment")
 }
 
 pub async fn statefulset(client: &Client, ns: &str, name: &str) -> StatefulSet {
-    Api::<StatefulSet>::namespaced(client.clone(), ns).get(name).await.expect("get statefulset")
+    Api::<StatefulSet>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .expect("get statefulset")
 }
 
-pub fn restarted_at(template_annotations: Option<&std::collections::BTreeMap<String, String>>) -> Option<String> {
-    template_annotations.and_then(|a| a.get(bouncer_testkit::RESTARTED_AT)).cloned()
+pub fn restarted_at(
+    template_annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Option<String> {
+    template_annotations
+        .and_then(|a| a.get(bouncer_testkit::RESTARTED_AT))
+        .cloned()
 }
 
 pub fn deployment_restarted_at(d: &Deployment) -> Option<String> {
-    restarted_at(d.spec.as_ref()?.template.metadata.as_ref()?.annotations.as_ref())
+    restarted_at(
+        d.spec
+            .as_ref()?
+            .template
+            .metadata
+            .as_ref()?
+            .annotations
+            .as_ref(),
+    )
 }
 
 /// Pods matching `selector`, not being deleted.
@@ -127,7 +177,9 @@ pub fn time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> DateTim
 /// When the pod's Ready condition last turned True.
 pub fn ready_since(p: &Pod) -> Option<DateTime<Utc>> {
     let conditions = p.status.as_ref()?.conditions.as_ref()?;
-    let ready = conditions.iter().find(|c| c.type_ == "Ready" && c.status == "True")?;
+    let ready = conditions
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")?;
     ready.last_transition_time.as_ref().map(time)
 }
 
@@ -159,13 +211,25 @@ pub fn policy(name: &str, ns: &str, labels: &str, extra: &str) -> String {
 
 /// `bouncer ARGS --output json` as `bouncer_env` runs it, but started in the background with its
 /// output captured, so a test can act on the cluster (or signal it) while it runs.
-pub fn spawn_bouncer(args: &[&str], policies: &Policies, ns: &str, env: &[(&str, &str)]) -> tokio::process::Child {
+pub fn spawn_bouncer(
+    args: &[&str],
+    policies: &Policies,
+    ns: &str,
+    env: &[(&str, &str)],
+) -> tokio::process::Child {
     let cluster = bouncer_testkit::cluster();
     tokio::process::Command::new(env!("CARGO_BIN_EXE_bouncer"))
         .args(args)
         .arg("--policies")
         .arg(policies.path())
-        .args(["--output", "json", "--lease-namespace", ns, "--rollout-timeout", "90s"])
+        .args([
+            "--output",
+            "json",
+            "--lease-namespace",
+            ns,
+            "--rollout-timeout",
+            "90s",
+        ])
         .env("KUBECONFIG", &cluster.kubeconfig)
         .env("BOUNCER_VERIFY_SETTLE", "1s")
         .envs(env.iter().copied())
@@ -178,16 +242,27 @@ pub fn spawn_bouncer(args: &[&str], policies: &Policies, ns: &str, env: &[(&str,
 
 /// Waits for a background `bouncer` and reads what it reported.
 pub async fn finish(child: tokio::process::Child) -> Bounced {
-    let out = child.wait_with_output().await.expect("bouncer runs to the end");
+    let out = child
+        .wait_with_output()
+        .await
+        .expect("bouncer runs to the end");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     let report = serde_json::from_str(&stdout).unwrap_or(Value::Null);
-    Bounced { code: out.status.code().unwrap_or(-1), report, stdout, stderr }
+    Bounced {
+        code: out.status.code().unwrap_or(-1),
+        report,
+        stdout,
+        stderr,
+    }
 }
 
 /// The pod template's restartedAt of a Deployment, or None when it (or the Deployment) is absent.
 pub async fn restarted_at_of(client: &Client, ns: &str, name: &str) -> Option<String> {
-    let d = Api::<Deployment>::namespaced(client.clone(), ns).get_opt(name).await.expect("get deployment")?;
+    let d = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .expect("get deployment")?;
     deployment_restarted_at(&d)
 }
 
@@ -195,7 +270,12 @@ pub async fn restarted_at_of(client: &Client, ns: &str, name: &str) -> Option<St
 pub async fn wait_restarted_at(client: &Client, ns: &str, name: &str, timeout: Duration) -> String {
     let api = Api::<Deployment>::namespaced(client.clone(), ns);
     let cond = |d: Option<&Deployment>| d.and_then(deployment_restarted_at).is_some();
-    match tokio::time::timeout(timeout, kube::runtime::wait::await_condition(api, name, cond)).await {
+    match tokio::time::timeout(
+        timeout,
+        kube::runtime::wait::await_condition(api, name, cond),
+    )
+    .await
+    {
         Ok(Ok(Some(d))) => deployment_restarted_at(&d).expect("condition holds"),
         other => panic!("deployment {ns}/{name} got no restartedAt within {timeout:?}: {other:?}"),
     }
@@ -203,13 +283,22 @@ pub async fn wait_restarted_at(client: &Client, ns: &str, name: &str, timeout: D
 
 /// UIDs of the pods matching `selector` (not being deleted), sorted.
 pub async fn pod_uids(client: &Client, ns: &str, selector: &str) -> Vec<String> {
-    let mut uids: Vec<String> = pods(client, ns, selector).await.into_iter().filter_map(|p| p.metadata.uid).collect();
+    let mut uids: Vec<String> = pods(client, ns, selector)
+        .await
+        .into_iter()
+        .filter_map(|p| p.metadata.uid)
+        .collect();
     uids.sort();
     uids
 }
 
 /// Events bouncer recorded (events.k8s.io/v1) about the object `name` in `ns` with `reason`.
-pub async fn bouncer_events(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+pub async fn bouncer_events(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    reason: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
     let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
     api.list(&ListParams::default())
         .await
@@ -223,13 +312,18 @@ pub async fn bouncer_events(client: &Client, ns: &str, name: &str, reason: &str)
 }
 
 fn audit_log() -> Option<PathBuf> {
-    let path = bouncer_testkit::cluster().kubeconfig.parent()?.join("audit.log");
+    let path = bouncer_testkit::cluster()
+        .kubeconfig
+        .parent()?
+        .join("audit.log");
     path.is_file().then_some(path)
 }
 
 /// Where the API server's audit log ends now; None when the cluster writes none (an external one).
 pub fn audit_mark() -> Option<u64> {
-    audit_log().and_then(|p| std::fs::metadata(p).ok()).map(|m| m.len())
+    audit_log()
+        .and_then(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
 }
 
 /// Completed requests bouncer's user agent made after `mark`, as the audit log records them.
@@ -242,7 +336,11 @@ pub fn audit_since(mark: u64) -> Vec<Value> {
     text.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| e["stage"] == "ResponseComplete")
-        .filter(|e| e["userAgent"].as_str().is_some_and(|ua| ua.starts_with("bouncer/")))
+        .filter(|e| {
+            e["userAgent"]
+                .as_str()
+                .is_some_and(|ua| ua.starts_with("bouncer/"))
+        })
         .collect()
 }
 
@@ -251,14 +349,21 @@ pub fn audited<'a>(entries: &'a [Value], verb: &str, resource: &str, ns: &str) -
     let (resource, sub) = resource.split_once('/').unwrap_or((resource, ""));
     entries
         .iter()
-        .filter(|e| e["verb"] == verb && e["objectRef"]["resource"] == resource && e["objectRef"]["namespace"] == ns)
+        .filter(|e| {
+            e["verb"] == verb
+                && e["objectRef"]["resource"] == resource
+                && e["objectRef"]["namespace"] == ns
+        })
         .filter(|e| e["objectRef"]["subresource"].as_str().unwrap_or_default() == sub)
         .collect()
 }
 
 /// When the API server received an audited request.
 pub fn audit_time(entry: &Value) -> DateTime<Utc> {
-    entry["requestReceivedTimestamp"].as_str().and_then(|t| t.parse().ok()).expect("audit timestamp")
+    entry["requestReceivedTimestamp"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .expect("audit timestamp")
 }
 
 /// `kubectl apply -f -` of a YAML (or JSON) document; for objects k8s-openapi has no type for
@@ -272,30 +377,60 @@ pub fn apply(manifest: &str) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("kubectl starts");
-    child.stdin.take().expect("stdin").write_all(manifest.as_bytes()).expect("write manifest");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(manifest.as_bytes())
+        .expect("write manifest");
     let out = child.wait_with_output().expect("kubectl runs");
-    assert!(out.status.success(), "kubectl apply failed: {}\n{manifest}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kubectl apply failed: {}\n{manifest}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Merge-patches a Deployment and waits until its controller observed the change.
 pub async fn patch_deployment(client: &Client, ns: &str, name: &str, patch: Value) {
     let api = Api::<Deployment>::namespaced(client.clone(), ns);
-    let patched = api.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await;
-    let generation = patched.expect("patch deployment").metadata.generation.unwrap_or(0);
+    let patched = api
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await;
+    let generation = patched
+        .expect("patch deployment")
+        .metadata
+        .generation
+        .unwrap_or(0);
     let observed = move |d: Option<&Deployment>| {
-        d.and_then(|d| d.status.as_ref()?.observed_generation).is_some_and(|g| g >= generation)
+        d.and_then(|d| d.status.as_ref()?.observed_generation)
+            .is_some_and(|g| g >= generation)
     };
-    tokio::time::timeout(Duration::from_secs(60), kube::runtime::wait::await_condition(api, name, observed))
-        .await
-        .unwrap_or_else(|_| panic!("deployment {ns}/{name}: generation {generation} not observed within 60s"))
-        .expect("watch deployment");
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        kube::runtime::wait::await_condition(api, name, observed),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        panic!("deployment {ns}/{name}: generation {generation} not observed within 60s")
+    })
+    .expect("watch deployment");
 }
 
 /// Ready nodes in the cluster.
 pub async fn ready_nodes(client: &Client) -> i32 {
-    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone()).list(&ListParams::default()).await;
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await;
     let ready = nodes.expect("list nodes").items.into_iter().filter(|n| {
-        n.status.iter().flat_map(|s| s.conditions.iter().flatten()).any(|c| c.type_ == "Ready" && c.status == "True")
+        n.status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .any(|c| c.type_ == "Ready" && c.status == "True")
     });
     i32::try_from(ready.count()).expect("node count")
 }
@@ -306,13 +441,20 @@ pub async fn ready_nodes(client: &Client) -> i32 {
 /// tests running alongside are unaffected.
 pub async fn stuck_on_restart(client: &Client, name: &str, labels: &[(&str, &str)]) -> Deployment {
     let mut d = bouncer_testkit::deployment(name, ready_nodes(client).await, labels);
-    let selector: serde_json::Map<String, Value> = labels.iter().map(|(k, v)| (k.to_string(), Value::from(*v))).collect();
+    let selector: serde_json::Map<String, Value> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), Value::from(*v)))
+        .collect();
     let affinity = serde_json::json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": selector}, "topologyKey": "kubernetes.io/hostname"}]}});
     let spec = d.spec.as_mut().expect("spec");
-    spec.strategy = Some(serde_json::from_value(serde_json::json!(
-        {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
-    )).expect("strategy"));
-    spec.template.spec.as_mut().expect("pod spec").affinity = Some(serde_json::from_value(affinity).expect("affinity"));
+    spec.strategy = Some(
+        serde_json::from_value(serde_json::json!(
+            {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+        ))
+        .expect("strategy"),
+    );
+    spec.template.spec.as_mut().expect("pod spec").affinity =
+        Some(serde_json::from_value(affinity).expect("affinity"));
     d
 }
