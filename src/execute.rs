@@ -19,6 +19,9 @@ use crate::restart::{self, with_retries};
 use crate::rollout;
 use crate::verify::{self, Verdict};
 
+/// Why the run must stop (SIGTERM, the lock lost); `None` while it may go on.
+pub type Stop = Option<String>;
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Status {
     /// Restarted, rollout complete, verified.
@@ -31,9 +34,9 @@ pub enum Status {
     Skipped(SkipReason),
     /// Patch, rollout, eviction or verification failed. Halts the queue.
     Failed(String),
-    /// The run was asked to stop (SIGTERM, or the lock was lost) during this bounce or right
-    /// before it; nothing new is started after that.
-    Interrupted,
+    /// The run was asked to stop (SIGTERM, or the lock was lost: the text says which) during
+    /// this bounce or right before it; nothing new is started after that.
+    Interrupted(String),
     /// Not tried because an earlier bounce halted the queue.
     NotAttempted,
 }
@@ -42,7 +45,7 @@ impl Status {
     pub fn halts(&self) -> bool {
         matches!(
             self,
-            Status::Reverted { .. } | Status::Failed(_) | Status::Interrupted
+            Status::Reverted { .. } | Status::Failed(_) | Status::Interrupted(_)
         )
     }
 
@@ -53,7 +56,7 @@ impl Status {
             Status::Reverted { .. } => "reverted",
             Status::Skipped(_) => "skipped",
             Status::Failed(_) => "failed",
-            Status::Interrupted => "interrupted",
+            Status::Interrupted(_) => "interrupted",
             Status::NotAttempted => "notAttempted",
         }
     }
@@ -83,8 +86,8 @@ pub struct Executor<'a> {
     /// Least time between the patch and the verification, so a reverting owner can show itself.
     pub settle: Duration,
     pub clock: fn() -> DateTime<Utc>,
-    /// Becomes true when the run must stop (SIGTERM).
-    pub stop: watch::Receiver<bool>,
+    /// Set, with the reason, when the run must stop.
+    pub stop: watch::Receiver<Stop>,
 }
 
 enum Step<T> {
@@ -109,11 +112,11 @@ impl Executor<'_> {
                 finished: None,
                 verification: None,
             };
-            if !halted && *self.stop.borrow() {
+            if !halted && self.stop.borrow().is_some() {
                 // Asked to stop between two bounces: the first one left out is reported as
                 // interrupted, so the report and the exit code say the queue was not finished.
                 halted = true;
-                outcome.status = Status::Interrupted;
+                outcome.status = self.interrupted();
             }
             if !halted {
                 tracing::info!(workload = %bounce.target, policy = %bounce.policy, "bounce {}/{total}", i + 1);
@@ -151,8 +154,8 @@ impl Executor<'_> {
         };
         // The fresh read takes a moment; a stop (SIGTERM, or the lock lost) that came meanwhile
         // must not be followed by a new restart.
-        if *self.stop.borrow() {
-            return out.status = Status::Interrupted;
+        if self.stop.borrow().is_some() {
+            return out.status = self.interrupted();
         }
         out.method = method;
         let timeout = b.timeout.unwrap_or(self.default_timeout);
@@ -164,7 +167,7 @@ impl Executor<'_> {
                         Some(format!("{} pods replaced one at a time", fresh.pods.len()));
                     Status::Bounced
                 }
-                Ok(Step::Stopped) => Status::Interrupted,
+                Ok(Step::Stopped) => self.interrupted(),
                 Err(e) => Status::Failed(e),
             },
         };
@@ -219,16 +222,21 @@ impl Executor<'_> {
         let old: BTreeSet<String> = fresh.pods.iter().map(|p| p.uid.clone()).collect();
         let at = (self.clock)();
         out.patched_at = Some(at);
-        let written = match restart::patch_restarted_at(&self.client, &b.target, at).await {
-            Ok(v) => v,
+        let patched = match restart::patch_restarted_at(&self.client, &b.target, at).await {
+            Ok(p) => p,
             Err(e) => return Status::Failed(e.to_string()),
         };
+        let written = patched.value.clone();
         tracing::info!(workload = %b.target, "patched kubectl.kubernetes.io/restartedAt={written}; waiting for the rollout");
+        let start = rollout::Start {
+            workload: &patched.workload,
+            resource_version: &patched.resource_version,
+        };
         let waited = self
-            .until_stopped(rollout::wait(&self.client, &b.target, timeout))
+            .until_stopped(rollout::wait(&self.client, &b.target, timeout, start))
             .await;
         match waited {
-            Step::Stopped => return Status::Interrupted,
+            Step::Stopped => return self.interrupted(),
             Step::Done(Err(e)) => return Status::Failed(e.to_string()),
             Step::Done(Ok(())) => out.completed_at = Some((self.clock)()),
         }
@@ -238,7 +246,7 @@ impl Executor<'_> {
         if let Some(rest) = self.settle.checked_sub(since_patch)
             && let Step::Stopped = self.until_stopped(tokio::time::sleep(rest)).await
         {
-            return Status::Interrupted;
+            return self.interrupted();
         }
         let after = match self.read(&b.target).await {
             Ok(w) => w,
@@ -300,7 +308,7 @@ impl Executor<'_> {
                 ));
                 Status::RevertedEvicted { managers }
             }
-            Ok(Step::Stopped) => Status::Interrupted,
+            Ok(Step::Stopped) => self.interrupted(),
             Err(e) => Status::Failed(format!("{note}; eviction failed: {e}")),
         }
     }
@@ -357,11 +365,15 @@ impl Executor<'_> {
         Ok(Step::Done(()))
     }
 
+    fn interrupted(&self) -> Status {
+        Status::Interrupted(self.stop.borrow().clone().unwrap_or_default())
+    }
+
     async fn until_stopped<T>(&self, fut: impl std::future::Future<Output = T>) -> Step<T> {
         let mut stop = self.stop.clone();
         let stopped = async move {
             // A dropped sender means nobody can ask us to stop any more: wait forever.
-            if stop.wait_for(|s| *s).await.is_err() {
+            if stop.wait_for(|s| s.is_some()).await.is_err() {
                 std::future::pending::<()>().await;
             }
         };

@@ -158,7 +158,7 @@ async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus
         Ok(c) => c,
         Err(e) => return cluster_failed(e),
     };
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let (stop_tx, stop_rx) = watch::channel(None);
     let signals = tokio::spawn(stop_on_signal(stop_tx.clone()));
 
     let mut lease = None;
@@ -201,7 +201,7 @@ async fn run_locked(
     mode: Mode,
     client: &Client,
     policies: &[policy::Policy],
-    stop: watch::Receiver<bool>,
+    stop: watch::Receiver<execute::Stop>,
 ) -> ExitStatus {
     let inventory = match inventory::snapshot(client, &settings.namespaces).await {
         Ok(i) => i,
@@ -261,17 +261,15 @@ fn format_for(path: &Path) -> Format {
 }
 
 /// SIGTERM (a Job being stopped) or Ctrl-C: finish nothing new, report, exit.
-async fn stop_on_signal(stop: watch::Sender<bool>) {
+async fn stop_on_signal(stop: watch::Sender<execute::Stop>) {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut term) = signal(SignalKind::terminate()) else {
         return;
     };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    tracing::warn!(
-        "asked to stop: finishing the report without starting or waiting on more bounces"
-    );
-    let _ = stop.send(true);
+    let name = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+    };
+    tracing::warn!("{name}: finishing the report without starting or waiting on more bounces");
+    let _ = stop.send(Some(format!("the run received {name}")));
 }

@@ -11,6 +11,7 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 
 use crate::error::ClusterError;
+use crate::execute::Stop;
 
 /// Seconds a holder has to renew before others may take the lease over.
 pub const LEASE_SECONDS: i32 = 30;
@@ -55,7 +56,7 @@ pub async fn acquire(
     name: &str,
     identity: &str,
     clock: fn() -> DateTime<Utc>,
-    lost: watch::Sender<bool>,
+    lost: watch::Sender<Stop>,
 ) -> Result<Acquired, ClusterError> {
     let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
     let err = |source| ClusterError::Lease {
@@ -155,7 +156,7 @@ async fn renew(
     name: String,
     identity: String,
     clock: fn() -> DateTime<Utc>,
-    lost: watch::Sender<bool>,
+    lost: watch::Sender<Stop>,
 ) {
     let mut renewed = tokio::time::Instant::now();
     let mut wait = RENEW_EVERY;
@@ -166,25 +167,27 @@ async fn renew(
             let mut lease = api.get(&name).await?;
             let spec = lease.spec.get_or_insert_with(Default::default);
             if spec.holder_identity.as_deref() != Some(identity.as_str()) {
-                return Ok(false);
+                let holder = spec.holder_identity.clone();
+                return Ok(Some(holder.unwrap_or_else(|| "nobody".into())));
             }
             spec.renew_time = Some(micro(clock()));
             api.replace(&name, &PostParams::default(), &lease)
                 .await
-                .map(|_| true)
+                .map(|_| None)
         };
         let result = match tokio::time::timeout(RENEW_TIMEOUT, attempt).await {
             Ok(r) => r.map_err(|e| e.to_string()),
             Err(_) => Err(format!("no answer within {RENEW_TIMEOUT:?}")),
         };
         match result {
-            Ok(true) => {
+            Ok(None) => {
                 renewed = attempt_started;
                 wait = RENEW_EVERY;
             }
-            Ok(false) => {
-                tracing::error!("the run lock {name} was taken over by another run; stopping");
-                let _ = lost.send(true);
+            Ok(Some(holder)) => {
+                let why = format!("the run lock (Lease {name}) was taken over by {holder}");
+                tracing::error!("{why}; stopping");
+                let _ = lost.send(Some(why));
                 return;
             }
             // Keep retrying while the lease is surely still ours: a blip or an API server restart
@@ -202,7 +205,10 @@ async fn renew(
                         tracing::error!(
                             "cannot renew the run lock {name} for {since:?}: {e}; stopping before it expires"
                         );
-                        let _ = lost.send(true);
+                        let _ = lost.send(Some(format!(
+                            "the run lock (Lease {name}) could not be renewed for {}: {e}",
+                            humantime::format_duration(Duration::from_secs(since.as_secs()))
+                        )));
                         return;
                     }
                 }

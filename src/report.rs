@@ -137,7 +137,7 @@ pub fn build(plan: &Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
                     row.reason_code = Some(reason.code().into());
                     row.reason = reason.to_string();
                 }
-                Status::Reverted { .. } | Status::Failed(_) | Status::Interrupted => {
+                Status::Reverted { .. } | Status::Failed(_) | Status::Interrupted(_) => {
                     summary.failed += 1
                 }
                 Status::NotAttempted => {
@@ -151,8 +151,8 @@ pub fn build(plan: &Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
             if let Status::Reverted { .. } | Status::RevertedEvicted { .. } = &o.status {
                 row.reason = o.verification.clone().unwrap_or_default();
             }
-            if o.status == Status::Interrupted {
-                row.reason = "interrupted: the run was asked to stop".into();
+            if let Status::Interrupted(why) = &o.status {
+                row.reason = format!("interrupted: {why}");
             }
         }
         rows.push(row);

@@ -10,13 +10,13 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
+use kube::{Api, Client, Resource};
 use serde_json::json;
 
 use crate::consts::{FIELD_MANAGER, RESTARTED_AT};
 use crate::convert;
 use crate::error::ClusterError;
-use crate::model::{Kind, WorkloadRef};
+use crate::model::{Kind, Workload, WorkloadRef};
 use crate::reason::rfc3339;
 
 /// Errors worth another try: throttling, server errors, conflicts and connection failures.
@@ -49,13 +49,22 @@ where
     }
 }
 
+/// What a restart patch wrote and what the server returned.
+pub struct Patched {
+    /// The restartedAt value written.
+    pub value: String,
+    /// The workload as the patch left it, and its resourceVersion (where the rollout wait starts).
+    pub workload: Workload,
+    pub resource_version: String,
+}
+
 /// Writes exactly what `kubectl rollout restart` writes: a strategic-merge patch of the pod
-/// template's restartedAt annotation (RFC3339, seconds). Returns the value written.
+/// template's restartedAt annotation (RFC3339, seconds).
 pub async fn patch_restarted_at(
     client: &Client,
     target: &WorkloadRef,
     at: DateTime<Utc>,
-) -> Result<String, ClusterError> {
+) -> Result<Patched, ClusterError> {
     let value = rfc3339(at);
     let body = json!({"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: value}}}}});
     let params = PatchParams {
@@ -68,29 +77,39 @@ pub async fn patch_restarted_at(
         let (client, params, name) = (client.clone(), &params, target.name.as_str());
         async move {
             use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+            fn seen<K: Resource>(obj: K, f: fn(&K) -> Workload) -> (Workload, String) {
+                (
+                    f(&obj),
+                    obj.meta().resource_version.clone().unwrap_or_default(),
+                )
+            }
             match target.kind {
                 Kind::Deployment => Api::<Deployment>::namespaced(client, ns)
                     .patch(name, params, &patch)
                     .await
-                    .map(drop),
+                    .map(|d| seen(d, convert::deployment)),
                 Kind::StatefulSet => Api::<StatefulSet>::namespaced(client, ns)
                     .patch(name, params, &patch)
                     .await
-                    .map(drop),
+                    .map(|s| seen(s, convert::statefulset)),
                 Kind::DaemonSet => Api::<DaemonSet>::namespaced(client, ns)
                     .patch(name, params, &patch)
                     .await
-                    .map(drop),
+                    .map(|d| seen(d, convert::daemonset)),
                 Kind::Pod => unreachable!("bare pods are evicted, never patched"),
             }
         }
     })
     .await;
-    patched.map_err(|source| ClusterError::Patch {
+    let (workload, resource_version) = patched.map_err(|source| ClusterError::Patch {
         target: target.clone(),
         source,
     })?;
-    Ok(value)
+    Ok(Patched {
+        value,
+        workload,
+        resource_version,
+    })
 }
 
 /// The Eviction API version the server serves: policy/v1, else policy/v1beta1 (as kubectl drain picks).

@@ -5,12 +5,13 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use kube::api::{WatchEvent, WatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::convert;
-use crate::model::{Kind, RolloutStatus, UpdateStrategy, WorkloadRef};
+use crate::model::{Kind, RolloutStatus, UpdateStrategy, Workload, WorkloadRef};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RolloutState {
@@ -118,20 +119,64 @@ pub enum WaitError {
     Interrupted { target: WorkloadRef },
 }
 
-/// Waits on a watch until the rollout completes by kubectl's rules. The watcher re-lists and
-/// resumes with backoff across API errors and API server restarts, so a blip does not lose the wait.
+/// Where the wait starts: the object bouncer's patch returned.
+pub struct Start<'a> {
+    pub workload: &'a Workload,
+    pub resource_version: &'a str,
+}
+
+/// Waits until the rollout completes by kubectl's rules. Normally a single WATCH from the patch's
+/// resourceVersion covers the whole rollout; if it breaks (API server restart, expired version)
+/// the watcher takes over, re-listing and resuming with backoff, so a blip does not lose the wait.
 pub async fn wait(
     client: &Client,
     target: &WorkloadRef,
     timeout: Duration,
+    start: Start<'_>,
 ) -> Result<(), WaitError> {
     match target.kind {
-        Kind::Deployment => watch::<Deployment>(client, target, timeout, convert::deployment).await,
-        Kind::StatefulSet => {
-            watch::<StatefulSet>(client, target, timeout, convert::statefulset).await
+        Kind::Deployment => {
+            watch::<Deployment>(client, target, timeout, start, convert::deployment).await
         }
-        Kind::DaemonSet => watch::<DaemonSet>(client, target, timeout, convert::daemonset).await,
+        Kind::StatefulSet => {
+            watch::<StatefulSet>(client, target, timeout, start, convert::statefulset).await
+        }
+        Kind::DaemonSet => {
+            watch::<DaemonSet>(client, target, timeout, start, convert::daemonset).await
+        }
         Kind::Pod => Ok(()),
+    }
+}
+
+/// Follows one workload's rollout; `last` keeps kubectl's latest progress message.
+struct Progress<'a> {
+    target: &'a WorkloadRef,
+    last: String,
+}
+
+impl Progress<'_> {
+    /// `Some` once the rollout has completed or failed.
+    fn observe(&mut self, w: &Workload) -> Option<Result<(), WaitError>> {
+        match state(self.target.kind, w.strategy, &w.status) {
+            RolloutState::Complete => Some(Ok(())),
+            RolloutState::Failed(reason) => Some(Err(WaitError::Failed {
+                target: self.target.clone(),
+                reason,
+            })),
+            RolloutState::InProgress(detail) => {
+                if detail != self.last {
+                    tracing::info!(target: "bouncer::rollout", workload = %self.target, "{detail}");
+                    self.last = detail;
+                }
+                None
+            }
+        }
+    }
+
+    fn deleted(&self) -> Result<(), WaitError> {
+        Err(WaitError::Deleted {
+            target: self.target.clone(),
+        })
     }
 }
 
@@ -139,7 +184,8 @@ async fn watch<K>(
     client: &Client,
     target: &WorkloadRef,
     timeout: Duration,
-    to_workload: fn(&K) -> crate::model::Workload,
+    start: Start<'_>,
+    to_workload: fn(&K) -> Workload,
 ) -> Result<(), WaitError>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
@@ -150,35 +196,29 @@ where
         + 'static,
 {
     let api: Api<K> = Api::namespaced(client.clone(), &target.namespace);
-    let config = watcher::Config::default().fields(&format!("metadata.name={}", target.name));
-    let mut events = watcher(api, config).default_backoff().boxed();
-    let mut last = String::from("no status observed yet");
+    let fields = format!("metadata.name={}", target.name);
+    let mut progress = Progress {
+        target,
+        last: String::from("no status observed yet"),
+    };
     let waiting = async {
+        if let Some(done) = progress.observe(start.workload) {
+            return done;
+        }
+        let from = start.resource_version.to_string();
+        if let Some(done) = watch_from(&api, &fields, from, to_workload, &mut progress).await {
+            return done;
+        }
+        let config = watcher::Config::default().fields(&fields);
+        let mut events = watcher(api, config).default_backoff().boxed();
         loop {
             match events.try_next().await {
                 Ok(Some(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj))) => {
-                    let w = to_workload(&obj);
-                    match state(target.kind, w.strategy, &w.status) {
-                        RolloutState::Complete => return Ok(()),
-                        RolloutState::Failed(reason) => {
-                            return Err(WaitError::Failed {
-                                target: target.clone(),
-                                reason,
-                            });
-                        }
-                        RolloutState::InProgress(detail) => {
-                            if detail != last {
-                                tracing::info!(target: "bouncer::rollout", workload = %target, "{detail}");
-                                last = detail;
-                            }
-                        }
+                    if let Some(done) = progress.observe(&to_workload(&obj)) {
+                        return done;
                     }
                 }
-                Ok(Some(watcher::Event::Delete(_))) => {
-                    return Err(WaitError::Deleted {
-                        target: target.clone(),
-                    });
-                }
+                Ok(Some(watcher::Event::Delete(_))) => return progress.deleted(),
                 Ok(Some(watcher::Event::Init | watcher::Event::InitDone)) => {}
                 Ok(None) => {
                     return Err(WaitError::Interrupted {
@@ -196,8 +236,54 @@ where
         Err(_) => Err(WaitError::Timeout {
             target: target.clone(),
             timeout,
-            last,
+            last: progress.last,
         }),
+    }
+}
+
+/// Plain WATCHes from `from`, each resumed from the last version seen when the server ends it.
+/// `None` when a watch fails: the caller falls back to the re-listing watcher.
+async fn watch_from<K>(
+    api: &Api<K>,
+    fields: &str,
+    mut from: String,
+    to_workload: fn(&K) -> Workload,
+    progress: &mut Progress<'_>,
+) -> Option<Result<(), WaitError>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    // Below the server's minimum request timeout, so the server, not the network, ends it.
+    let params = WatchParams::default().fields(fields).timeout(290);
+    loop {
+        let events = match api.watch(&params, &from).await {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::debug!(workload = %progress.target, "watch from {from} failed, re-listing: {e}");
+                return None;
+            }
+        };
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj)) => {
+                    if let Some(done) = progress.observe(&to_workload(&obj)) {
+                        return Some(done);
+                    }
+                    from = obj.meta().resource_version.clone().unwrap_or(from);
+                }
+                Ok(WatchEvent::Deleted(_)) => return Some(progress.deleted()),
+                Ok(WatchEvent::Bookmark(b)) => from = b.metadata.resource_version,
+                Ok(WatchEvent::Error(status)) => {
+                    tracing::debug!(workload = %progress.target, "watch ended: {}", status.message);
+                    return None;
+                }
+                Err(e) => {
+                    tracing::debug!(workload = %progress.target, "watch broke: {e}");
+                    return None;
+                }
+            }
+        }
     }
 }
 

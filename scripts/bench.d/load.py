@@ -126,7 +126,7 @@ def install_metrics_crd():
     deadline = time.time() + 60
     while True:
         crd = request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}")
-        conds = crd.get("status", {}).get("conditions", [])
+        conds = (crd.get("status") or {}).get("conditions") or []
         if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
             break
         if time.time() > deadline:
@@ -294,7 +294,7 @@ def main():
 
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     pods = [p for p in list_all("/api/v1/pods", "&labelSelector=bench%3Dtrue")]
-    todo = [p for p in pods if p.get("status", {}).get("phase") != "Running"]
+    todo = [p for p in pods if (p.get("status") or {}).get("phase") != "Running"]
     parallel(lambda p: request("PATCH", f"/api/v1/namespaces/{p['metadata']['namespace']}/pods/"
                                f"{p['metadata']['name']}/status", running_status(p, now),
                                content_type="application/merge-patch+json"), todo, args.workers)
@@ -309,7 +309,7 @@ def main():
         ready, total = 0, 0
         for kind in ("deployments", "statefulsets"):
             for o in list_all(f"/apis/apps/v1/{kind}", "&labelSelector=bench%3Dtrue"):
-                st, want = o.get("status", {}), o["spec"]["replicas"]
+                st, want = o.get("status") or {}, o["spec"]["replicas"]
                 ok = st.get("readyReplicas", 0) == want and st.get("observedGeneration", 0) >= o["metadata"]["generation"]
                 if kind == "deployments":
                     ok = ok and st.get("availableReplicas", 0) == want

@@ -16,6 +16,7 @@ BENCH_AUDIT_LOG.
 
 import argparse
 import collections
+import datetime
 import json
 import math
 import os
@@ -58,6 +59,29 @@ spec:
   maxPerRun: 100000
   allowDowntime: true
 """
+
+
+BOUNCE_POLICY = """\
+apiVersion: bouncer.dev/v1alpha1
+kind: BouncePolicy
+metadata:
+  name: bench-bounce
+spec:
+  target:
+    namespaces: [{ns}]
+    selector:
+      matchLabels:
+        bench-bounce: "true"
+    kinds: [Deployment]
+  triggers:
+    memory:
+      above: 100Mi
+  cooldown: 1s
+"""
+
+
+def parse_time(text):
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def log(msg):
@@ -178,6 +202,60 @@ class Bench:
         time.sleep(1.5)
         return self.audit_requests(start, self.audit_size())
 
+    def bounce_round(self):
+        """One `bouncer run` that restarts the three Deployments of bounce.py. Returns the report
+        rows, bouncer's requests in that namespace per (verb, resource), and for each bounce after
+        the first the gap between the previous rollout's completion and the next patch: as bouncer
+        reports it (completedAt -> patchedAt) and as the API server saw it (the deployment
+        controller's last status write -> bouncer's patch, from the audit log)."""
+        r = subprocess.run([sys.executable, os.path.join(HERE, "bounce.py")], stdout=subprocess.PIPE, check=True)
+        ns = json.loads(r.stdout)["namespace"]
+        d = os.path.join(self.work, "bounce-policies")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "bounce.yaml"), "w") as f:
+            f.write(BOUNCE_POLICY.format(ns=ns))
+        report = os.path.join(self.work, "bounce-report.json")
+        env = dict(os.environ, BOUNCER_POLICIES=d, BOUNCER_LOG="warn")
+        start = self.audit_size()
+        wall, rss, _ = timed([self.bouncer, "run", "--output", "json", "--report", report,
+                              "--lease-namespace", ns], env=env)
+        time.sleep(1.5)
+        events = list(self.audit_events(start, self.audit_size(), ns))
+        with open(report) as f:
+            rows = sorted(json.load(f)["rows"], key=lambda row: row.get("order") or 0)
+        mine = collections.Counter()
+        patches, status = [], collections.defaultdict(list)
+        for e in events:
+            ref = e.get("objectRef", {})
+            res = ref.get("resource", "?") + ("/" + ref["subresource"] if ref.get("subresource") else "")
+            ts = parse_time(e["requestReceivedTimestamp"])
+            if e.get("userAgent", "").startswith("bouncer/"):
+                mine[(e["verb"], res)] += 1
+                if e["verb"] == "patch" and res == "deployments":
+                    patches.append((ts, ref.get("name")))
+            elif res == "deployments/status" and e["verb"] == "update":
+                status[ref.get("name")].append(parse_time(e["stageTimestamp"]))
+        patches.sort()
+        gaps = []
+        for (_, prev), (ts, _) in zip(patches, patches[1:]):
+            done = max((t for t in status[prev] if t < ts), default=None)
+            gaps.append(None if done is None else (ts - done).total_seconds())
+        reported = [(parse_time(b["patchedAt"]) - parse_time(a["completedAt"])).total_seconds()
+                    for a, b in zip(rows, rows[1:]) if a.get("completedAt") and b.get("patchedAt")]
+        return rows, mine, gaps, reported, wall, rss
+
+    def audit_events(self, start, end, namespace):
+        """ResponseComplete audit events in [start, end) of the log for objects in `namespace`."""
+        needle = f'"namespace":"{namespace}"'.encode()
+        with open(self.audit, "rb") as f:
+            f.seek(start)
+            for line in f.read(end - start).splitlines():
+                if needle not in line:
+                    continue
+                e = json.loads(line)
+                if e.get("stage") == "ResponseComplete" and e.get("objectRef", {}).get("namespace") == namespace:
+                    yield e
+
     def decisions(self):
         with open(self.report) as f:
             rep = json.load(f)
@@ -226,6 +304,34 @@ def print_table(pods, results, requests, counts, load_s, load_avg):
     print(f"bouncer requests per run ({'identical in every run' if same else 'VARIES between runs'}):")
     for (verb, res), c in sorted(per.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         print(f"  {verb:5} {res:28} {c / len(requests):6.1f}")
+
+
+def print_bounce_round(bench):
+    """Runs and prints the bounce round; returns the failed checks."""
+    log("bounce round: one `bouncer run` over 3 Deployments x 2 pods")
+    rows, requests, gaps, reported, wall, rss = bench.bounce_round()
+    print("\n### bounce round (one `bouncer run`, 3 Deployments x 2 pods, on the loaded cluster)\n")
+    for r in rows:
+        w = r["workload"]
+        print(f"  {w['kind']}/{w['name']}: {r['decision']} in {r.get('durationSeconds') or 0:.1f} s "
+              f"({r.get('verification') or r['reason']})")
+    print(f"  run: {wall:.1f} s wall, {rss / 1024:.1f} MiB peak RSS")
+    fmt = lambda xs: ", ".join("?" if x is None else f"{x:.2f} s" for x in xs) or "-"
+    print(f"  previous rollout complete -> next patch: {fmt(gaps)} (API server: deployment controller's "
+          f"last status write -> bouncer's patch); {fmt(reported)} (bouncer's report: completedAt -> patchedAt)")
+    bounced = sum(r["decision"] == "bounced" for r in rows)
+    print(f"  bouncer's requests in the namespace (per bounce, {bounced} bounces):")
+    for (verb, res), c in sorted(requests.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        print(f"    {verb:6} {res:28} {c / max(bounced, 1):5.1f}")
+    failed = []
+    if bounced != 3:
+        failed.append(f"bounce round: {bounced} of 3 Deployments bounced")
+    if requests[("patch", "deployments")] != bounced or requests[("watch", "deployments")] != bounced:
+        failed.append(f"bounce round: expected one patch and one watch per bounce, saw "
+                      f"{requests[('patch', 'deployments')]} patches and {requests[('watch', 'deployments')]} watches")
+    if any(g is None or g > 1.0 for g in gaps):
+        failed.append(f"bounce round: a next bounce started more than 1 s after the previous rollout completed: {gaps}")
+    return failed
 
 
 def expected_lists(counts, pdb_probe):
@@ -290,6 +396,7 @@ def main():
             print(f"| {pods:6} | {bw:10.2f} s | {fmt_mib(br):>11} | {med([x[2] for x in res['bouncer']]):9.2f} s | "
                   f"{med([x[0] for x in res['floor']]):8.2f} s | {med([x[0] for x in res['diy']]):6.2f} s | "
                   f"{fmt_mib(med([x[1] for x in res['diy']])):>10} |")
+    failed += print_bounce_round(bench)
     size = os.path.getsize(os.environ["BENCH_BOUNCER"])
     print(f"\nrelease binary: {size / 1e6:.1f} MB ({size} bytes)")
     if failed:

@@ -106,8 +106,8 @@ async fn sigterm_interrupts_the_wait_and_the_next_run_respects_the_cooldown() {
     );
     let row = run.row("stuck");
     assert_eq!(row["decision"], "interrupted", "{row:#}");
-    assert!(
-        row["reason"].as_str().unwrap().contains("interrupted"),
+    assert_eq!(
+        row["reason"], "interrupted: the run received SIGTERM",
         "{row:#}"
     );
     assert_eq!(row["patchedAt"].as_str(), Some(written.as_str()));
@@ -270,6 +270,78 @@ async fn a_stale_lease_is_taken_over_and_a_live_one_is_respected() {
     let spec = lease(&client, n).await.spec.unwrap();
     assert_eq!(spec.lease_transitions, Some(1), "taken over once");
     assert_eq!(spec.holder_identity, None, "released at the end");
+}
+
+/// Another run taking the lock over while a bounce waits (what a run sees after being cut off
+/// from the API server past the lease's lifetime): this run stops at once, names the reason in the
+/// report, starts nothing more, exits 1, and leaves the new holder's lease alone.
+#[tokio::test]
+async fn losing_the_lock_mid_run_stops_the_run_and_says_why() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "lock-lost").await;
+    let n = ns.name();
+    let stuck = stuck_on_restart(&client, "a-stuck", &[("app", "a-stuck"), ("lock", "yes")]).await;
+    deploy(&client, n, stuck).await;
+    deploy(
+        &client,
+        n,
+        deployment("b-next", 1, &[("app", "b-next"), ("lock", "yes")]),
+    )
+    .await;
+    let policies = Policies::new(&[(
+        "p.yaml",
+        &policy("lock", n, "{lock: \"yes\"}", EVERY_MINUTE),
+    )]);
+    next_minute(Duration::from_secs(1)).await;
+    let next_pods = pod_uids(&client, n, "app=b-next").await;
+
+    let running = spawn_bouncer(&["run"], &policies, n, &[]);
+    wait_restarted_at(&client, n, "a-stuck", READY).await;
+    let taken = Instant::now();
+    Api::<Lease>::namespaced(client.clone(), n)
+        .patch(
+            "bouncer",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"holderIdentity": "other-run-2"}})),
+        )
+        .await
+        .expect("take the lease over");
+    let run = finish(running).await;
+
+    // Renewals come every 5 s; the run stops at the first one after the takeover.
+    assert!(
+        taken.elapsed() < Duration::from_secs(20),
+        "bouncer took {:?} to notice",
+        taken.elapsed()
+    );
+    assert_eq!(
+        run.code, 1,
+        "stderr: {}\nreport: {:#}",
+        run.stderr, run.report
+    );
+    assert_eq!(
+        run.queue(),
+        [
+            ("a-stuck".to_string(), "interrupted".to_string()),
+            ("b-next".to_string(), "notAttempted".to_string())
+        ]
+    );
+    assert_eq!(
+        run.row("a-stuck")["reason"],
+        "interrupted: the run lock (Lease bouncer) was taken over by other-run-2"
+    );
+    assert_eq!(restarted_at_of(&client, n, "b-next").await, None);
+    assert_eq!(pod_uids(&client, n, "app=b-next").await, next_pods);
+    assert_eq!(
+        lease(&client, n)
+            .await
+            .spec
+            .unwrap()
+            .holder_identity
+            .as_deref(),
+        Some("other-run-2"),
+        "the new holder keeps the lock"
+    );
 }
 
 /// Deletes the cluster-scoped RBAC objects a test made, also when it fails.

@@ -94,22 +94,7 @@ pub async fn bouncer_env(
     ns: &str,
     env: &[(&str, &str)],
 ) -> Bounced {
-    let cluster = bouncer_testkit::cluster();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_bouncer"))
-        .args(args)
-        .arg("--policies")
-        .arg(policies.path())
-        .args([
-            "--output",
-            "json",
-            "--lease-namespace",
-            ns,
-            "--rollout-timeout",
-            "90s",
-        ])
-        .env("KUBECONFIG", &cluster.kubeconfig)
-        .env("BOUNCER_VERIFY_SETTLE", "1s")
-        .envs(env.iter().copied())
+    let out = command(args, policies, ns, env)
         .output()
         .await
         .expect("bouncer starts");
@@ -209,17 +194,16 @@ pub fn policy(name: &str, ns: &str, labels: &str, extra: &str) -> String {
     )
 }
 
-/// `bouncer ARGS --output json` as `bouncer_env` runs it, but started in the background with its
-/// output captured, so a test can act on the cluster (or signal it) while it runs.
-pub fn spawn_bouncer(
+/// `bouncer ARGS --output json` against the test cluster, the lease in `ns`, with short waits.
+fn command(
     args: &[&str],
     policies: &Policies,
     ns: &str,
     env: &[(&str, &str)],
-) -> tokio::process::Child {
+) -> tokio::process::Command {
     let cluster = bouncer_testkit::cluster();
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_bouncer"))
-        .args(args)
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_bouncer"));
+    cmd.args(args)
         .arg("--policies")
         .arg(policies.path())
         .args([
@@ -232,7 +216,19 @@ pub fn spawn_bouncer(
         ])
         .env("KUBECONFIG", &cluster.kubeconfig)
         .env("BOUNCER_VERIFY_SETTLE", "1s")
-        .envs(env.iter().copied())
+        .envs(env.iter().copied());
+    cmd
+}
+
+/// `bouncer ARGS --output json` as `bouncer_env` runs it, but started in the background with its
+/// output captured, so a test can act on the cluster (or signal it) while it runs.
+pub fn spawn_bouncer(
+    args: &[&str],
+    policies: &Policies,
+    ns: &str,
+    env: &[(&str, &str)],
+) -> tokio::process::Child {
+    command(args, policies, ns, env)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)

@@ -36,11 +36,23 @@ impl Cluster {
 
 /// The repository root, known at compile time because this crate lives inside it.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .expect("tests/testkit has two ancestors")
-        .to_path_buf()
+    // Looked up at run time first: a build cache shared between checkouts keeps the compile-time
+    // path of whichever checkout built this crate, which may be gone.
+    let candidates = [
+        std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from),
+        std::env::current_dir().ok(),
+        Some(PathBuf::from(env!("CARGO_MANIFEST_DIR"))),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find_map(|start| {
+            start
+                .ancestors()
+                .find(|d| d.join("scripts/cluster").is_file())
+                .map(Path::to_path_buf)
+        })
+        .expect("run from within the repository (no scripts/cluster above it)")
 }
 
 /// The Cargo target directory of the running binary: `CARGO_TARGET_DIR`, else the nearest

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Prepares the bounce round of `scripts/bench`: three small Deployments that the hollow node
+really runs, in namespace `bench-bounce`, each with a PodMetrics object per current pod above the
+round's 100Mi threshold, so that one `bouncer run` restarts all three, one after the other.
+
+Idempotent: the Deployments are kept between runs and only need to be settled; PodMetrics are
+written for whichever pods exist now (the previous round replaced them). Prints the namespace.
+
+Connection settings come from the environment: BENCH_SERVER, BENCH_CA, BENCH_TOKEN.
+"""
+
+import json
+import time
+
+from load import create, list_all, log, request, wait_for
+
+NS = "bench-bounce"
+APPS = ["leak-a", "leak-b", "leak-c"]
+REPLICAS = 2
+
+
+def deployment(app):
+    labels = {"app": app, "bench-bounce": "true"}
+    return {
+        "metadata": {"name": app, "labels": labels},
+        "spec": {
+            "replicas": REPLICAS,
+            "selector": {"matchLabels": {"app": app}},
+            "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {"metadata": {"labels": labels}, "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "app", "image": "registry.example.com/bench/leak:1",
+                                "resources": {"limits": {"memory": "256Mi"}}}],
+            }},
+        },
+    }
+
+
+def settled():
+    """Deployments whose rollout is complete by kubectl's rules and whose old pods are gone."""
+    done = 0
+    for app in APPS:
+        d = request("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/{app}")
+        st = d.get("status") or {}
+        done += (st.get("observedGeneration", 0) >= d["metadata"]["generation"]
+                 and st.get("updatedReplicas", 0) == REPLICAS and st.get("replicas", 0) == REPLICAS
+                 and st.get("availableReplicas", 0) == REPLICAS)
+    pods = [p for p in list_all(f"/api/v1/namespaces/{NS}/pods") if not p["metadata"].get("deletionTimestamp")]
+    return done + (len(pods) == len(APPS) * REPLICAS), len(APPS) + 1
+
+
+def main():
+    create("/api/v1/namespaces", {"metadata": {"name": NS}})
+    wait_for(f"serviceaccount {NS}/default", lambda: (
+        int(request("GET", f"/api/v1/namespaces/{NS}/serviceaccounts/default", tolerate=(404,)) is not None), 1), 60)
+    for app in APPS:
+        create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment(app))
+    wait_for("the bounce Deployments to settle", settled, 300)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for p in list_all(f"/api/v1/namespaces/{NS}/pods"):
+        create(f"/apis/metrics.k8s.io/v1beta1/namespaces/{NS}/pods", {
+            "apiVersion": "metrics.k8s.io/v1beta1", "kind": "PodMetrics",
+            "metadata": {"name": p["metadata"]["name"], "namespace": NS},
+            "timestamp": now, "window": "30s",
+            "containers": [{"name": "app", "usage": {"cpu": "1m", "memory": "200Mi"}}],
+        })
+    log(f"{len(APPS)} Deployments x {REPLICAS} pods settled in {NS}, PodMetrics at 200Mi")
+    print(json.dumps({"namespace": NS, "workloads": APPS}))
+
+
+if __name__ == "__main__":
+    main()
