@@ -25,6 +25,9 @@ def deployment(app):
         "metadata": {"name": app, "labels": labels},
         "spec": {
             "replicas": REPLICAS,
+            # Longer than bouncer's 2 s verification settle, as real rollouts are, so the gap
+            # to the next bounce shows bouncer's own overhead rather than the settle.
+            "minReadySeconds": 3,
             "selector": {"matchLabels": {"app": app}},
             "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {"metadata": {"labels": labels}, "spec": {
