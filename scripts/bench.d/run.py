@@ -129,16 +129,18 @@ class Bench:
     def audit_size(self):
         return os.path.getsize(self.audit)
 
-    def audit_requests(self, start, end):
-        """Requests by bouncer in [start, end) of the audit log: Counter of (verb, resource)."""
+    def audit_requests(self, start, end, agent="bouncer/"):
+        """Requests from user agent `agent...` in [start, end) of the audit log: Counter of
+        (verb, resource)."""
         counts = collections.Counter()
+        needle = f'"{agent}'.encode()
         with open(self.audit, "rb") as f:
             f.seek(start)
             for line in f.read(end - start).splitlines():
-                if b'"bouncer/' not in line:
+                if needle not in line:
                     continue
                 e = json.loads(line)
-                if e.get("stage") != "ResponseComplete" or not e.get("userAgent", "").startswith("bouncer/"):
+                if e.get("stage") != "ResponseComplete" or not e.get("userAgent", "").startswith(agent):
                     continue
                 ref = e.get("objectRef", {})
                 res = ref.get("resource", e.get("requestURI", "?"))
@@ -165,7 +167,8 @@ class Bench:
         return out
 
     def run(self, runs, warmup):
-        """Alternating runs; returns {contender: [(wall, rss_kib)]} and bouncer's per-run requests."""
+        """Alternating runs; returns {contender: [(wall, rss_kib)]}, bouncer's requests per round and the
+        DIY script's (kubectl's) requests per round."""
         results = {name: [] for name in self.contenders}
         walls = {}
         offsets = []
@@ -182,7 +185,8 @@ class Bench:
         time.sleep(1.5)  # the audit backend writes ResponseComplete after the response
         offsets.append(self.audit_size())
         requests = [self.audit_requests(a, b) for a, b in zip(offsets, offsets[1:])]
-        return results, requests
+        diy = [self.audit_requests(a, b, "kubectl/") for a, b in zip(offsets, offsets[1:])]
+        return results, requests, diy
 
     def many_policies(self, n=25):
         """bouncer's requests with n policies (one per app, memory and schedule triggers) instead of one."""
@@ -273,7 +277,7 @@ def fmt_mib(kib):
     return f"{kib / 1024:.1f} MiB"
 
 
-def print_table(pods, results, requests, counts, load_s, load_avg):
+def print_table(pods, results, requests, diy_requests, counts, load_s, load_avg):
     cols = [results[k] for k in ("bouncer", "floor", "diy")]
     n = len(cols[0])
     print(f"\n### {pods} pods ({counts['namespaces']} namespaces, {counts['deployments']} Deployments, "
@@ -286,7 +290,8 @@ def print_table(pods, results, requests, counts, load_s, load_avg):
         ("wall min-max", [f"{min(x[0] for x in c):.2f}-{max(x[0] for x in c):.2f} s" for c in cols]),
         ("peak RSS", [fmt_mib(med([x[1] for x in c])) for c in cols]),
         ("client CPU", [f"{med([x[2] for x in c]):.2f} s" for c in cols]),
-        ("API requests", [f"{med([sum(r.values()) for r in requests]):.0f}", str(len(KINDS)), "2"]),
+        ("API requests", [f"{med([sum(r.values()) for r in requests]):.0f}", str(len(KINDS)),
+                          f"{med([sum(r.values()) for r in diy_requests]):.0f}"]),
     ]
     widths = [max(len(r[0]) for r in rows)] + [max(len(r[1][i]) for r in rows) for i in range(3)]
     for j, (label, cells) in enumerate(rows):
@@ -371,8 +376,8 @@ def main():
         pdb_probe = 0 if bench.serves_policy_v1() else 1
         log(f"loaded in {load['seconds']} s; running {args.warmup} warm-up + {args.runs} rounds")
         load_avg = " ".join(f"{x:.1f}" for x in os.getloadavg())
-        results, requests = bench.run(args.runs, args.warmup)
-        print_table(load["pods"], results, requests, counts, load["seconds"], load_avg)
+        results, requests, diy_requests = bench.run(args.runs, args.warmup)
+        print_table(load["pods"], results, requests, diy_requests, counts, load["seconds"], load_avg)
         planned, diy_workloads, diy_pods = bench.decisions()
         print(f"decisions: bouncer plans {planned} bounces; the DIY script finds {diy_pods} pods over 85% "
               f"in {diy_workloads} workloads" + ("" if planned == diy_workloads else "  <-- MISMATCH"))
