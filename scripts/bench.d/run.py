@@ -133,20 +133,14 @@ class Bench:
         """Requests from user agent `agent...` in [start, end) of the audit log: Counter of
         (verb, resource)."""
         counts = collections.Counter()
-        needle = f'"{agent}'.encode()
-        with open(self.audit, "rb") as f:
-            f.seek(start)
-            for line in f.read(end - start).splitlines():
-                if needle not in line:
-                    continue
-                e = json.loads(line)
-                if e.get("stage") != "ResponseComplete" or not e.get("userAgent", "").startswith(agent):
-                    continue
-                ref = e.get("objectRef", {})
-                res = ref.get("resource", e.get("requestURI", "?"))
-                if ref.get("apiGroup") == "metrics.k8s.io":
-                    res += ".metrics.k8s.io"
-                counts[(e["verb"], res)] += 1
+        events = self.audit_events(start, end, f'"{agent}',
+                                   lambda e: e.get("userAgent", "").startswith(agent))
+        for e in events:
+            ref = e.get("objectRef", {})
+            res = ref.get("resource", e.get("requestURI", "?"))
+            if ref.get("apiGroup") == "metrics.k8s.io":
+                res += ".metrics.k8s.io"
+            counts[(e["verb"], res)] += 1
         return counts
 
     def serves_policy_v1(self):
@@ -224,7 +218,8 @@ class Bench:
         wall, rss, _ = timed([self.bouncer, "run", "--output", "json", "--report", report,
                               "--lease-namespace", ns], env=env)
         time.sleep(1.5)
-        events = list(self.audit_events(start, self.audit_size(), ns))
+        events = list(self.audit_events(start, self.audit_size(), f'"namespace":"{ns}"',
+                                        lambda e: e.get("objectRef", {}).get("namespace") == ns))
         with open(report) as f:
             rows = sorted(json.load(f)["rows"], key=lambda row: row.get("order") or 0)
         mine = collections.Counter()
@@ -246,16 +241,17 @@ class Bench:
             gaps.append(None if done is None else (ts - done).total_seconds())
         return rows, mine, gaps, wall, rss
 
-    def audit_events(self, start, end, namespace):
-        """ResponseComplete audit events in [start, end) of the log for objects in `namespace`."""
-        needle = f'"namespace":"{namespace}"'.encode()
+    def audit_events(self, start, end, needle, keep):
+        """ResponseComplete audit events in [start, end) of the log whose line holds `needle` (a
+        cheap pre-filter before parsing) and for which `keep(event)` holds."""
+        needle = needle.encode()
         with open(self.audit, "rb") as f:
             f.seek(start)
             for line in f.read(end - start).splitlines():
                 if needle not in line:
                     continue
                 e = json.loads(line)
-                if e.get("stage") == "ResponseComplete" and e.get("objectRef", {}).get("namespace") == namespace:
+                if e.get("stage") == "ResponseComplete" and keep(e):
                     yield e
 
     def decisions(self):

@@ -19,6 +19,20 @@ pub struct Bounced {
     pub stderr: String,
 }
 
+impl From<std::process::Output> for Bounced {
+    fn from(out: std::process::Output) -> Bounced {
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        let report = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+        Bounced {
+            code: out.status.code().unwrap_or(-1),
+            report,
+            stdout,
+            stderr,
+        }
+    }
+}
+
 impl Bounced {
     pub fn rows(&self) -> Vec<&Value> {
         self.report["rows"]
@@ -98,15 +112,7 @@ pub async fn bouncer_env(
         .output()
         .await
         .expect("bouncer starts");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    let report = serde_json::from_str(&stdout).unwrap_or(Value::Null);
-    Bounced {
-        code: out.status.code().unwrap_or(-1),
-        report,
-        stdout,
-        stderr,
-    }
+    Bounced::from(out)
 }
 
 pub async fn deployment(client: &Client, ns: &str, name: &str) -> Deployment {
@@ -242,15 +248,7 @@ pub async fn finish(child: tokio::process::Child) -> Bounced {
         .wait_with_output()
         .await
         .expect("bouncer runs to the end");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    let report = serde_json::from_str(&stdout).unwrap_or(Value::Null);
-    Bounced {
-        code: out.status.code().unwrap_or(-1),
-        report,
-        stdout,
-        stderr,
-    }
+    Bounced::from(out)
 }
 
 /// The pod template's restartedAt of a Deployment, or None when it (or the Deployment) is absent.

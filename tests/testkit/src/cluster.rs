@@ -266,6 +266,27 @@ impl TestNs {
     }
 }
 
+/// One line on the nodes (Ready condition, taints) and the machine's load average.
+fn cluster_health() -> String {
+    let nodes = "jsonpath={range .items[*]}{.metadata.name} \
+                 ready={.status.conditions[?(@.type==\"Ready\")].status} \
+                 taints={.spec.taints[*].key}; {end}";
+    let nodes = match kubectl().args(["get", "nodes", "-o", nodes]).output() {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+        Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        Err(e) => format!("kubectl failed to start: {e}"),
+    };
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    format!(
+        "cluster at the failure: nodes: {} load average: {}",
+        nodes.trim(),
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    )
+}
+
 impl Drop for TestNs {
     fn drop(&mut self) {
         if std::thread::panicking() {
@@ -273,6 +294,9 @@ impl Drop for TestNs {
                 Ok(path) => eprintln!("namespace {} kept; dump: {}", self.name, path.display()),
                 Err(e) => eprintln!("namespace {} kept; dump failed: {e:#}", self.name),
             }
+            // Stalled rollouts are often the cluster's fault, not the code's: a starved machine
+            // makes hollow nodes miss heartbeats and go NotReady (tainted), so say so right here.
+            eprintln!("{}", cluster_health());
             return;
         }
         if std::env::var_os("BOUNCER_TEST_KEEP").is_some_and(|v| v == "1") {
