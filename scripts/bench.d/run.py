@@ -129,18 +129,18 @@ class Bench:
     def audit_size(self):
         return os.path.getsize(self.audit)
 
-    def audit_requests(self, start, end, agent="bouncer/"):
-        """Requests from user agent `agent...` in [start, end) of the audit log: Counter of
-        (verb, resource)."""
-        counts = collections.Counter()
-        events = self.audit_events(start, end, f'"{agent}',
-                                   lambda e: e.get("userAgent", "").startswith(agent))
-        for e in events:
+    def audit_requests(self, start, end, agents=("bouncer/",)):
+        """Requests in [start, end) of the audit log by each user agent prefix, read in one pass:
+        [Counter of (verb, resource)] in the order of `agents`."""
+        counts = [collections.Counter() for _ in agents]
+        agent_of = lambda e: next((i for i, a in enumerate(agents) if e.get("userAgent", "").startswith(a)), None)
+        needles = [f'"{a}'.encode() for a in agents]
+        for e in self.audit_events(start, end, needles, lambda e: agent_of(e) is not None):
             ref = e.get("objectRef", {})
             res = ref.get("resource", e.get("requestURI", "?"))
             if ref.get("apiGroup") == "metrics.k8s.io":
                 res += ".metrics.k8s.io"
-            counts[(e["verb"], res)] += 1
+            counts[agent_of(e)][(e["verb"], res)] += 1
         return counts
 
     def serves_policy_v1(self):
@@ -178,9 +178,8 @@ class Bench:
                 ", ".join(f"{n} {w:.2f} s" for n, w in walls.items()))
         time.sleep(1.5)  # the audit backend writes ResponseComplete after the response
         offsets.append(self.audit_size())
-        requests = [self.audit_requests(a, b) for a, b in zip(offsets, offsets[1:])]
-        diy = [self.audit_requests(a, b, "kubectl/") for a, b in zip(offsets, offsets[1:])]
-        return results, requests, diy
+        rounds = [self.audit_requests(a, b, ("bouncer/", "kubectl/")) for a, b in zip(offsets, offsets[1:])]
+        return results, [r[0] for r in rounds], [r[1] for r in rounds]
 
     def many_policies(self, n=25):
         """bouncer's requests with n policies (one per app, memory and schedule triggers) instead of one."""
@@ -198,7 +197,7 @@ class Bench:
         start = self.audit_size()
         timed([self.bouncer, "plan", "--output", "json"], env=env)
         time.sleep(1.5)
-        return self.audit_requests(start, self.audit_size())
+        return self.audit_requests(start, self.audit_size())[0]
 
     def bounce_round(self):
         """One `bouncer run` that restarts the three Deployments of bounce.py. Returns the report
@@ -218,7 +217,7 @@ class Bench:
         wall, rss, _ = timed([self.bouncer, "run", "--output", "json", "--report", report,
                               "--lease-namespace", ns], env=env)
         time.sleep(1.5)
-        events = list(self.audit_events(start, self.audit_size(), f'"namespace":"{ns}"',
+        events = list(self.audit_events(start, self.audit_size(), [f'"namespace":"{ns}"'.encode()],
                                         lambda e: e.get("objectRef", {}).get("namespace") == ns))
         with open(report) as f:
             rows = sorted(json.load(f)["rows"], key=lambda row: row.get("order") or 0)
@@ -241,14 +240,13 @@ class Bench:
             gaps.append(None if done is None else (ts - done).total_seconds())
         return rows, mine, gaps, wall, rss
 
-    def audit_events(self, start, end, needle, keep):
-        """ResponseComplete audit events in [start, end) of the log whose line holds `needle` (a
-        cheap pre-filter before parsing) and for which `keep(event)` holds."""
-        needle = needle.encode()
+    def audit_events(self, start, end, needles, keep):
+        """ResponseComplete audit events in [start, end) of the log whose line holds one of
+        `needles` (bytes; a cheap filter before parsing) and for which `keep(event)` holds."""
         with open(self.audit, "rb") as f:
             f.seek(start)
             for line in f.read(end - start).splitlines():
-                if needle not in line:
+                if not any(n in line for n in needles):
                     continue
                 e = json.loads(line)
                 if e.get("stage") == "ResponseComplete" and keep(e):

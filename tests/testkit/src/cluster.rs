@@ -294,8 +294,8 @@ impl Drop for TestNs {
                 Ok(path) => eprintln!("namespace {} kept; dump: {}", self.name, path.display()),
                 Err(e) => eprintln!("namespace {} kept; dump failed: {e:#}", self.name),
             }
-            // Stalled rollouts are often the cluster's fault, not the code's: a starved machine
-            // makes hollow nodes miss heartbeats and go NotReady (tainted), so say so right here.
+            // A stalled rollout may be the cluster's fault, not the code's: a hollow node that
+            // stopped heartbeating is NotReady and tainted unreachable. Say so next to the failure.
             eprintln!("{}", cluster_health());
             return;
         }
