@@ -6,6 +6,8 @@ pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
 pub const EXCLUDE_ANNOTATION: &str = "bouncer.dev/exclude";
 /// Set by the kubelet on mirror pods of static pods.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// An init container with this restart policy is a native sidecar: it runs beside the containers.
+pub const SIDECAR_RESTART_POLICY: &str = "Always";
 /// Field manager of bouncer's own writes, so managedFields tell them apart.
 pub const FIELD_MANAGER: &str = "bouncer";
 /// The Deployment Progressing condition reason that means the rollout failed.

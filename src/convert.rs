@@ -13,7 +13,9 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::consts::{MIRROR_ANNOTATION, PROGRESS_DEADLINE_EXCEEDED, RESTARTED_AT};
+use crate::consts::{
+    MIRROR_ANNOTATION, PROGRESS_DEADLINE_EXCEEDED, RESTARTED_AT, SIDECAR_RESTART_POLICY,
+};
 use crate::model::{
     ContainerSample, Kind, Pdb, PodSample, RolloutStatus, UpdateStrategy, Workload, WorkloadRef,
 };
@@ -214,6 +216,13 @@ impl From<wire::DaemonSet> for Workload {
     }
 }
 
+fn memory_limit(resources: Option<&wire::ResourceRequirements>) -> Option<u64> {
+    resources
+        .and_then(|r| r.limits.as_ref())
+        .and_then(|l| l.memory.as_ref())
+        .and_then(|q| parse_bytes(&q.0).ok())
+}
+
 impl From<&wire::Pod> for PodSample {
     fn from(p: &wire::Pod) -> PodSample {
         let status = p.status.as_ref();
@@ -229,18 +238,23 @@ impl From<&wire::Pod> for PodSample {
             containers: p
                 .spec
                 .iter()
-                .flat_map(|s| &s.containers)
+                .flat_map(|s| {
+                    let sidecars = s
+                        .init_containers
+                        .iter()
+                        .filter(|c| c.restart_policy.as_deref() == Some(SIDECAR_RESTART_POLICY));
+                    s.containers.iter().chain(sidecars)
+                })
                 .map(|c| ContainerSample {
                     name: c.name.clone(),
                     usage: None,
-                    limit: c
-                        .resources
-                        .as_ref()
-                        .and_then(|r| r.limits.as_ref())
-                        .and_then(|l| l.memory.as_ref())
-                        .and_then(|q| parse_bytes(&q.0).ok()),
+                    limit: memory_limit(c.resources.as_ref()),
                 })
                 .collect(),
+            limit: p
+                .spec
+                .as_ref()
+                .and_then(|s| memory_limit(s.resources.as_ref())),
             has_metrics: false,
         }
     }

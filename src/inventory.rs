@@ -178,42 +178,28 @@ fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
-/// PodDisruptionBudgets from policy/v1, or policy/v1beta1 on servers before v1.21.
+/// PodDisruptionBudgets (policy/v1, served from v1.21: the oldest release bouncer supports).
 async fn pdbs(client: &Client, scope: &[String]) -> Result<Vec<Pdb>, kube::Error> {
-    for version in ["v1", "v1beta1"] {
-        let urls: Vec<String> = if scope.is_empty() {
-            vec![format!("/apis/policy/{version}/poddisruptionbudgets")]
-        } else {
-            scope
-                .iter()
-                .map(|ns| format!("/apis/policy/{version}/namespaces/{ns}/poddisruptionbudgets"))
-                .collect()
-        };
-        let mut out = Vec::new();
-        let mut served = true;
-        for url in urls {
-            match pages(
-                client,
-                &url,
-                &ListParams::default(),
-                <Pdb as From<wire::PodDisruptionBudget>>::from,
-                &mut out,
-            )
-            .await
-            {
-                Ok(()) => {}
-                Err(e) if is_not_found(&e) => {
-                    served = false;
-                    break;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        if served {
-            return Ok(out);
-        }
+    let urls: Vec<String> = if scope.is_empty() {
+        vec!["/apis/policy/v1/poddisruptionbudgets".to_string()]
+    } else {
+        scope
+            .iter()
+            .map(|ns| format!("/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"))
+            .collect()
+    };
+    let mut out = Vec::new();
+    for url in urls {
+        pages(
+            client,
+            &url,
+            &ListParams::default(),
+            <Pdb as From<wire::PodDisruptionBudget>>::from,
+            &mut out,
+        )
+        .await?;
     }
-    Ok(Vec::new())
+    Ok(out)
 }
 
 fn excluded_namespace(n: wire::Namespace) -> Option<String> {

@@ -68,10 +68,11 @@ fn usages<'a>(trigger: Option<&MemoryTrigger>, w: &'a Workload) -> (Vec<PodUsage
             missing += 1;
             continue;
         };
-        let limit: Option<u64> = if containers.is_empty() {
-            None
-        } else {
-            containers.iter().map(|c| c.limit).sum()
+        // A pod-level limit bounds the whole pod, and any container without a limit of its own.
+        let limit: Option<u64> = match (container, containers.as_slice()) {
+            (_, []) => None,
+            (Some(_), [c]) => c.limit.or(pod.limit),
+            _ => pod.limit.or_else(|| containers.iter().map(|c| c.limit).sum()),
         };
         let threshold = trigger.and_then(|t| match t.threshold {
             Threshold::Bytes(b) => Some(b),

@@ -133,7 +133,11 @@ pub struct PodSample {
     pub started: Option<DateTime<Utc>>,
     pub ready: bool,
     pub deleting: bool,
+    /// The containers and native sidecars (init containers with `restartPolicy: Always`): what
+    /// runs for the pod's whole life and so counts in its memory.
     pub containers: Vec<ContainerSample>,
+    /// The pod-level memory limit (`spec.resources.limits.memory`), where the server serves it.
+    pub limit: Option<u64>,
     /// Whether a PodMetrics object was found for this pod.
     pub has_metrics: bool,
 }

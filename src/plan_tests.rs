@@ -74,6 +74,7 @@ fn pod(name: &str, app: &str, started: &str, usage_mib: Option<u64>) -> PodSampl
             usage: usage_mib.map(|m| m * MI),
             limit: Some(1024 * MI),
         }],
+        limit: None,
         has_metrics: usage_mib.is_some(),
     }
 }

@@ -168,7 +168,8 @@ mod tests {
             ready,
             deleting: false,
             containers: vec![],
-            has_metrics: false,
+            limit: None,
+        has_metrics: false,
         }
     }
 

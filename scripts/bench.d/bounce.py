@@ -1,18 +1,17 @@
 #!/usr/bin/env python3
-"""Prepares the bounce round of `scripts/bench`: three small Deployments that the hollow node
-really runs, in namespace `bench-bounce`, each with a PodMetrics object per current pod above the
+"""Prepares the bounce round of `scripts/bench`: three small Deployments that the KWOK node runs,
+in namespace `bench-bounce`, whose pods' memory (the memory-model annotation, 200Mi) is above the
 round's 100Mi threshold, so that one `bouncer run` restarts all three, one after the other.
 
-Idempotent: the Deployments are kept between runs and only need to be settled; PodMetrics are
-written for whichever pods exist now (the previous round replaced them). Prints the namespace.
+Idempotent: the Deployments are kept between runs and only need to be settled, and metrics-server
+must report their current pods (the previous round replaced them). Prints the namespace.
 
 Connection settings come from the environment: BENCH_SERVER, BENCH_CA, BENCH_TOKEN.
 """
 
 import json
-import time
 
-from load import create, list_all, log, request, wait_for
+from load import MEMORY_BASE, NODE, create, list_all, log, request, wait_for
 
 NS = "bench-bounce"
 APPS = ["leak-a", "leak-b", "leak-c"]
@@ -30,7 +29,8 @@ def deployment(app):
             "minReadySeconds": 3,
             "selector": {"matchLabels": {"app": app}},
             "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "template": {"metadata": {"labels": labels}, "spec": {
+            "template": {"metadata": {"labels": labels, "annotations": {MEMORY_BASE: "200Mi"}}, "spec": {
+                "nodeName": NODE,
                 "terminationGracePeriodSeconds": 1,
                 "containers": [{"name": "app", "image": "registry.example.com/bench/leak:1",
                                 "resources": {"limits": {"memory": "256Mi"}}}],
@@ -59,15 +59,14 @@ def main():
     for app in APPS:
         create(f"/apis/apps/v1/namespaces/{NS}/deployments", deployment(app))
     wait_for("the bounce Deployments to settle", settled, 300)
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    for p in list_all(f"/api/v1/namespaces/{NS}/pods"):
-        create(f"/apis/metrics.k8s.io/v1beta1/namespaces/{NS}/pods", {
-            "apiVersion": "metrics.k8s.io/v1beta1", "kind": "PodMetrics",
-            "metadata": {"name": p["metadata"]["name"], "namespace": NS},
-            "timestamp": now, "window": "30s",
-            "containers": [{"name": "app", "usage": {"cpu": "1m", "memory": "200Mi"}}],
-        })
-    log(f"{len(APPS)} Deployments x {REPLICAS} pods settled in {NS}, PodMetrics at 200Mi")
+    def measured():
+        pods = {p["metadata"]["name"] for p in list_all(f"/api/v1/namespaces/{NS}/pods")
+                if not p["metadata"].get("deletionTimestamp")}
+        have = {m["metadata"]["name"] for m in list_all(f"/apis/metrics.k8s.io/v1beta1/namespaces/{NS}/pods")}
+        return len(pods & have), len(pods)
+
+    wait_for("metrics-server to report the bounce round's pods", measured, 300)
+    log(f"{len(APPS)} Deployments x {REPLICAS} pods settled in {NS}, memory 200Mi")
     print(json.dumps({"namespace": NS, "workloads": APPS}))
 
 

@@ -8,11 +8,11 @@ Every namespace `bench-NNN` holds the same 100 pods in 20 workloads:
 plus one PodDisruptionBudget. `--pods N` loads ceil(N/100) namespaces; the loader is idempotent
 (existing objects are kept), so a bigger N only adds namespaces.
 
-Pods carry `schedulerName: bench-unscheduled`: no scheduler binds them, so they stay put without
-a node and nothing garbage-collects them. The loader then writes what a kubelet and
-metrics-server would: a Running/Ready pod status and one PodMetrics object per pod (the
-metrics.k8s.io CRD is installed exactly as the test kit does). About 1 pod in 10 uses more than
-85% of its memory limit.
+Pods are bound to the benchmark cluster's KWOK node by their template (`nodeName`), so KWOK runs
+them (Running and Ready, with IPs) and serves their kubelet resource metrics, which the real
+metrics-server scrapes. Each workload's memory is set by the test memory-model annotation on its
+pod template (tests/cluster/kwok.yaml): about 1 workload in 10 uses more than 85% of its limit.
+The loader waits until metrics-server reports every pod.
 
 Connection settings come from the environment: BENCH_SERVER, BENCH_CA, BENCH_TOKEN.
 """
@@ -35,7 +35,8 @@ STATEFULSETS, STATEFULSET_REPLICAS = 4, 7
 BARE = 2
 LIMIT_MI = 256
 SIDECAR_LIMIT_MI = 64
-SCHEDULER = "bench-unscheduled"
+NODE = os.environ.get("BENCH_NODE", "kwok-node-1")
+MEMORY_BASE = "bouncer.dev/test-memory-base"
 
 SERVER = urllib.parse.urlparse(os.environ["BENCH_SERVER"])
 CTX = ssl.create_default_context(cafile=os.environ["BENCH_CA"])
@@ -102,43 +103,6 @@ def list_all(path, params=""):
             return items
 
 
-# --- the metrics.k8s.io CRD, as tests/testkit/src/metrics.rs install_metrics_crd does it -------
-
-CRD_NAME = "pods.metrics.k8s.io"
-CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": CRD_NAME, "annotations": {"api-approved.kubernetes.io": "unapproved, testing only"}},
-    "spec": {
-        "group": "metrics.k8s.io",
-        "scope": "Namespaced",
-        "names": {"plural": "pods", "singular": "podmetrics", "kind": "PodMetrics", "listKind": "PodMetricsList"},
-        "versions": [{
-            "name": "v1beta1", "served": True, "storage": True,
-            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-        }],
-    },
-}
-
-
-def install_metrics_crd():
-    create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", CRD)
-    deadline = time.time() + 60
-    while True:
-        crd = request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}")
-        conds = (crd.get("status") or {}).get("conditions") or []
-        if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
-            break
-        if time.time() > deadline:
-            raise RuntimeError("PodMetrics CRD not established within 60s")
-        time.sleep(0.2)
-    deadline = time.time() + 30
-    while request("GET", "/apis/metrics.k8s.io/v1beta1/pods?limit=1", tolerate=(404, 503)) is None:
-        if time.time() > deadline:
-            raise RuntimeError("/apis/metrics.k8s.io/v1beta1/pods is not served")
-        time.sleep(0.2)
-
-
 # --- the fleet ---------------------------------------------------------------------------------
 
 def ns_name(i):
@@ -168,11 +132,14 @@ def pod_spec(sidecar):
     containers = [container("app", LIMIT_MI, 8080)]
     if sidecar:
         containers.append(container("proxy", SIDECAR_LIMIT_MI, 9090))
-    return {"schedulerName": SCHEDULER, "containers": containers, "terminationGracePeriodSeconds": 5}
+    return {"nodeName": NODE, "containers": containers, "terminationGracePeriodSeconds": 5}
 
 
-def template(app, tier, sidecar=False):
-    return {"metadata": {"labels": labels(app, tier), "annotations": {"bench/owner": "team-" + app[-2:]}},
+def template(app, tier, ns, sidecar=False):
+    # The model's first container ("app") carries the usage; a sidecar reports 4Mi.
+    memory = f"{usage_mi(ns + '/' + app, LIMIT_MI)}Mi"
+    return {"metadata": {"labels": labels(app, tier),
+                         "annotations": {"bench/owner": "team-" + app[-2:], MEMORY_BASE: memory}},
             "spec": pod_spec(sidecar)}
 
 
@@ -184,21 +151,21 @@ def namespace_objects(ns):
         out.append((f"/apis/apps/v1/namespaces/{ns}/deployments", {
             "metadata": {"name": app, "labels": labels(app, "web")},
             "spec": {"replicas": DEPLOYMENT_REPLICAS, "selector": {"matchLabels": {"app": app}},
-                     "template": template(app, "web")},
+                     "template": template(app, "web", ns)},
         }))
     for s in range(STATEFULSETS):
         app = f"db-{s:02d}"
         out.append((f"/apis/apps/v1/namespaces/{ns}/statefulsets", {
             "metadata": {"name": app, "labels": labels(app, "db")},
             "spec": {"replicas": STATEFULSET_REPLICAS, "serviceName": app, "podManagementPolicy": "Parallel",
-                     "selector": {"matchLabels": {"app": app}}, "template": template(app, "db", sidecar=True)},
+                     "selector": {"matchLabels": {"app": app}}, "template": template(app, "db", ns, sidecar=True)},
         }))
     for b in range(BARE):
         app = f"job-{b:02d}"
         out.append((f"/api/v1/namespaces/{ns}/pods", {
-            "metadata": {"name": app, **template(app, "batch")["metadata"]}, "spec": pod_spec(False),
+            "metadata": {"name": app, **template(app, "batch", ns)["metadata"]}, "spec": pod_spec(False),
         }))
-    out.append((f"/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets", {
+    out.append((f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", {
         "metadata": {"name": "web-00"},
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web-00"}}},
     }))
@@ -226,43 +193,11 @@ def fraction(name):
 
 
 def usage_mi(name, limit_mi):
-    """Deterministic usage: 1 pod in 10 above 85% of its limit, the rest between 20% and 80%."""
+    """Deterministic usage: 1 in 10 above 85% of the limit, the rest between 20% and 80%."""
     f = fraction(name)
     if f < 0.1:
         return int(limit_mi * (0.86 + f))  # 86%..96%
     return int(limit_mi * (0.2 + 0.6 * (f - 0.1) / 0.9))
-
-
-def running_status(pod, now):
-    """Running and Ready since 1 to 72 hours ago, as a kubelet reports it."""
-    hours = 1 + int(fraction(pod["metadata"]["name"] + "/age") * 71)
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - hours * 3600))
-    containers = pod["spec"]["containers"]
-    cond = [{"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
-            for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")]
-    ip = "10.244.{}.{}".format(*divmod(int(fraction(pod["metadata"]["uid"]) * 65000), 256))
-    return {"status": {
-        "phase": "Running", "conditions": cond, "hostIP": "10.0.0.1", "podIP": ip, "podIPs": [{"ip": ip}],
-        "startTime": now,
-        "containerStatuses": [{
-            "name": c["name"], "ready": True, "started": True, "restartCount": 0, "image": c["image"],
-            "imageID": "docker-pullable://" + c["image"] + "@sha256:" + hashlib.sha256(c["image"].encode()).hexdigest(),
-            "containerID": "containerd://" + hashlib.sha256((pod["metadata"]["uid"] + c["name"]).encode()).hexdigest(),
-            "state": {"running": {"startedAt": now}}, "lastState": {},
-        } for c in containers],
-    }}
-
-
-def pod_metrics(pod, now):
-    meta = pod["metadata"]
-    usage = []
-    for c in pod["spec"]["containers"]:
-        limit = LIMIT_MI if c["name"] == "app" else SIDECAR_LIMIT_MI
-        mem = usage_mi(meta["name"] + "/" + c["name"], limit) if c["name"] == "app" else 12
-        usage.append({"name": c["name"], "usage": {"cpu": "3m", "memory": f"{mem * 1024}Ki"}})
-    return {"apiVersion": "metrics.k8s.io/v1beta1", "kind": "PodMetrics",
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"], "labels": meta.get("labels", {})},
-            "timestamp": now, "window": "30s", "containers": usage}
 
 
 def main():
@@ -278,8 +213,6 @@ def main():
     if extra:
         raise SystemExit(f"load: the cluster already holds {len(extra) + len(namespaces)} bench namespaces, more than "
                          f"the {len(namespaces)} asked for: measure smaller sizes on a fresh cluster")
-    install_metrics_crd()
-
     objects = [namespace_objects(ns) for ns in namespaces]
     parallel(lambda o: create(*o), [o[0] for o in objects], args.workers)
     # A new namespace's default ServiceAccount (needed for pods) takes a moment to appear.
@@ -292,18 +225,6 @@ def main():
     wait_for("pods created by the controllers", lambda: (count_pods(), expected), 1800)
     log(f"{expected} pods exist ({time.time() - t0:.0f} s)")
 
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    pods = [p for p in list_all("/api/v1/pods", "&labelSelector=bench%3Dtrue")]
-    todo = [p for p in pods if (p.get("status") or {}).get("phase") != "Running"]
-    parallel(lambda p: request("PATCH", f"/api/v1/namespaces/{p['metadata']['namespace']}/pods/"
-                               f"{p['metadata']['name']}/status", running_status(p, now),
-                               content_type="application/merge-patch+json"), todo, args.workers)
-    have = {(m["metadata"]["namespace"], m["metadata"]["name"])
-            for m in list_all("/apis/metrics.k8s.io/v1beta1/pods", "&labelSelector=bench%3Dtrue")}
-    missing = [p for p in pods if (p["metadata"]["namespace"], p["metadata"]["name"]) not in have]
-    parallel(lambda p: create(f"/apis/metrics.k8s.io/v1beta1/namespaces/{p['metadata']['namespace']}/pods",
-                              pod_metrics(p, now)), missing, args.workers)
-    log(f"{len(todo)} pod statuses and {len(missing)} PodMetrics written ({time.time() - t0:.0f} s)")
 
     def settled():
         ready, total = 0, 0
@@ -317,6 +238,9 @@ def main():
         return ready, total
 
     wait_for("controllers to report every workload ready", settled, 1800)
+    # metrics-server has a pod once it has scraped its node twice after the pod started.
+    wait_for("metrics-server to report every pod", lambda: (sum(1 for _ in list_all(
+        "/apis/metrics.k8s.io/v1beta1/pods", "&labelSelector=bench%3Dtrue")), expected), 600)
     log(f"loaded {expected} pods in {len(namespaces)} namespaces in {time.time() - t0:.0f} s")
     print(json.dumps({"pods": expected, "namespaces": len(namespaces), "seconds": round(time.time() - t0, 1)}))
 

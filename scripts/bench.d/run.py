@@ -30,14 +30,14 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAGE = 500
 
-# What `bouncer plan` reads, one URL per kind (PodDisruptionBudgets: policy/v1beta1 on v1.20).
+# What `bouncer plan` reads, one URL per kind.
 KINDS = [
     ("pods", "/api/v1/pods"),
     ("replicasets", "/apis/apps/v1/replicasets"),
     ("deployments", "/apis/apps/v1/deployments"),
     ("statefulsets", "/apis/apps/v1/statefulsets"),
     ("daemonsets", "/apis/apps/v1/daemonsets"),
-    ("poddisruptionbudgets", "/apis/policy/v1beta1/poddisruptionbudgets"),
+    ("poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets"),
     ("namespaces", "/api/v1/namespaces"),
     ("pods.metrics.k8s.io", "/apis/metrics.k8s.io/v1beta1/pods"),
 ]
@@ -142,12 +142,6 @@ class Bench:
                 res += ".metrics.k8s.io"
             counts[agent_of(e)][(e["verb"], res)] += 1
         return counts
-
-    def serves_policy_v1(self):
-        r = subprocess.run(["curl", "-sS", "--cacert", os.environ["BENCH_CA"], "-o", "/dev/null", "-w", "%{http_code}",
-                            "-H", "Authorization: Bearer " + os.environ["BENCH_TOKEN"], "-A", "bouncer-bench-floor",
-                            os.environ["BENCH_SERVER"] + "/apis/policy/v1"], capture_output=True, check=True)
-        return r.stdout == b"200"
 
     def object_counts(self):
         """Objects per kind as the API server lists them (for the expected page counts)."""
@@ -331,17 +325,13 @@ def print_bounce_round(bench):
     return failed
 
 
-def expected_lists(counts, pdb_probe):
-    want = {("list", k): max(1, math.ceil(n / PAGE)) for k, n in counts.items()}
-    # Servers before v1.21 serve PodDisruptionBudgets only as policy/v1beta1: one 404 from
-    # policy/v1 first.
-    want[("list", "poddisruptionbudgets")] += pdb_probe
-    return want
+def expected_lists(counts):
+    return {("list", k): max(1, math.ceil(n / PAGE)) for k, n in counts.items()}
 
 
-def check_requests(requests, counts, pdb_probe):
+def check_requests(requests, counts):
     """Problems with bouncer's requests: anything but one LIST per kind per page of 500."""
-    want = expected_lists(counts, pdb_probe)
+    want = expected_lists(counts)
     problems = []
     for i, r in enumerate(requests):
         if dict(r) != want:
@@ -367,7 +357,6 @@ def main():
                            stdout=subprocess.PIPE, check=True)
         load = json.loads(r.stdout)
         counts = bench.object_counts()
-        pdb_probe = 0 if bench.serves_policy_v1() else 1
         log(f"loaded in {load['seconds']} s; running {args.warmup} warm-up + {args.runs} rounds")
         load_avg = " ".join(f"{x:.1f}" for x in os.getloadavg())
         results, requests, diy_requests = bench.run(args.runs, args.warmup)
@@ -377,7 +366,7 @@ def main():
               f"in {diy_workloads} workloads" + ("" if planned == diy_workloads else "  <-- MISMATCH"))
         if planned != diy_workloads or planned == 0:
             failed.append(f"{size} pods: bouncer planned {planned}, DIY found {diy_workloads} workloads")
-        failed += [f"{size} pods: {p}" for p in check_requests(requests, counts, pdb_probe)]
+        failed += [f"{size} pods: {p}" for p in check_requests(requests, counts)]
         many = bench.many_policies()
         print(f"with 25 policies instead of 1: {sum(many.values())} requests"
               + (", the same" if many == requests[0] else f"  <-- DIFFERENT: {sorted(many.items())}"))

@@ -67,16 +67,24 @@ pub struct Pod {
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PodSpec {
     #[serde(default, deserialize_with = "nullable")]
     pub containers: Vec<Container>,
+    /// Native sidecars among them (`restartPolicy: Always`) run beside the containers.
+    #[serde(default, deserialize_with = "nullable")]
+    pub init_containers: Vec<Container>,
+    /// Pod-level resources (PodLevelResources, beta from v1.34): a limit for the whole pod.
+    pub resources: Option<ResourceRequirements>,
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Container {
     #[serde(default, deserialize_with = "nullable")]
     pub name: String,
     pub resources: Option<ResourceRequirements>,
+    pub restart_policy: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

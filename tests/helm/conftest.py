@@ -19,19 +19,12 @@ NAMESPACE = "ops"
 
 # What discovery reports, in Helm's VersionSet form ("group/version" and "group/version/Kind"),
 # for the parts of the API the chart cares about.
-V1_20 = {
-    "kube_version": "v1.20.2",
-    "api_versions": [
-        "batch/v1", "batch/v1/Job", "batch/v1beta1", "batch/v1beta1/CronJob",
-        "policy/v1beta1", "policy/v1beta1/PodDisruptionBudget",
-        "coordination.k8s.io/v1", "coordination.k8s.io/v1/Lease",
-    ],
-}
-V1_23 = {  # serves CronJob in both versions
-    "kube_version": "v1.23.17",
+V1_21 = {  # the oldest release the chart supports (batch/v1 CronJob, policy/v1)
+    "kube_version": "v1.21.14",
     "api_versions": [
         "batch/v1", "batch/v1/Job", "batch/v1/CronJob", "batch/v1beta1", "batch/v1beta1/CronJob",
         "policy/v1", "policy/v1/PodDisruptionBudget",
+        "coordination.k8s.io/v1", "coordination.k8s.io/v1/Lease",
     ],
 }
 V1_30 = {

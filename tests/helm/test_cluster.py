@@ -76,42 +76,13 @@ def cluster() -> Cluster:
     return discover()
 
 
-METRICS_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {
-        "name": "pods.metrics.k8s.io",
-        "annotations": {"api-approved.kubernetes.io": "unapproved, testing only"},
-    },
-    "spec": {
-        "group": "metrics.k8s.io",
-        "scope": "Namespaced",
-        "names": {"plural": "pods", "singular": "podmetrics", "kind": "PodMetrics",
-                  "listKind": "PodMetricsList"},
-        "versions": [{
-            "name": "v1beta1", "served": True, "storage": True,
-            "schema": {"openAPIV3Schema": {"type": "object",
-                                           "x-kubernetes-preserve-unknown-fields": True}},
-        }],
-    },
-}
-
-
 @pytest.fixture(scope="session")
 def metrics_api(cluster: Cluster) -> None:
-    """`kubectl auth can-i list pods.metrics.k8s.io` needs the group in discovery. Without a
-    metrics-server, serve it as the integration tests do: a PodMetrics CRD with the same URLs (the
-    same object the Rust test kit installs; it is shared and left in place)."""
-    if cluster.serves("metrics.k8s.io/v1beta1", "PodMetrics"):
-        return
-    proc = kubectl("create", "-f", "-", stdin=json.dumps(METRICS_CRD), check=False)
-    if proc.returncode != 0 and "AlreadyExists" not in proc.stderr:
-        raise AssertionError(f"creating the PodMetrics CRD failed: {proc.stderr}")
-    kubectl("wait", "--for=condition=established", "--timeout=60s",
-            "crd/pods.metrics.k8s.io")
-    deadline = time.monotonic() + 30
+    """`kubectl auth can-i list pods.metrics.k8s.io` needs the group in discovery: the test
+    cluster's metrics-server serves it through the aggregation layer."""
+    deadline = time.monotonic() + 60
     while kubectl("get", "--raw", "/apis/metrics.k8s.io/v1beta1", check=False).returncode != 0:
-        assert time.monotonic() < deadline, "metrics.k8s.io/v1beta1 not served within 30 s"
+        assert time.monotonic() < deadline, "metrics.k8s.io/v1beta1 not served within 60 s"
         time.sleep(0.5)
 
 
@@ -198,18 +169,6 @@ def test_manifests_pass_server_side_dry_run(request, cluster: Cluster, mode: str
     # Nothing was written.
     got = kubectl("get", "cronjobs", "-n", rel.namespace, "-o", "name").stdout
     assert got.strip() == ""
-
-
-def test_the_other_cronjob_version_is_refused_by_this_server(cluster: Cluster, namespaced: Release):
-    """The capability switch matters here: the version this server lacks is rejected."""
-    cronjob = next(o for o in namespaced.objects if o["kind"] == "CronJob")
-    other = "batch/v1beta1" if cronjob["apiVersion"] == "batch/v1" else "batch/v1"
-    if cluster.serves(other, "CronJob"):
-        pytest.skip(f"this server ({cluster.kube_version}) serves CronJob in both versions")
-    proc = kubectl("apply", "--dry-run=server", "-f", "-",
-                   stdin=to_stream([{**cronjob, "apiVersion": other}]), check=False)
-    assert proc.returncode != 0
-    assert "no matches for kind" in proc.stderr, proc.stderr
 
 
 def test_a_job_created_from_the_cronjob_runs_as_configured(installed):
@@ -335,18 +294,11 @@ def bouncer_binary() -> str:
 
 
 def service_account_kubeconfig(rel: Release, path: str) -> None:
-    """A kubeconfig that authenticates with the ServiceAccount's own token (not admin)."""
-    import base64
-
-    deadline = time.monotonic() + 30
-    secret = ""
-    while not secret:
-        secret = kubectl("-n", rel.namespace, "get", "serviceaccount", RELEASE,
-                         "-o", "jsonpath={.secrets[0].name}").stdout.strip()
-        assert secret or time.monotonic() < deadline, "no token secret for the ServiceAccount"
-        time.sleep(0.5)
-    token = base64.b64decode(kubectl("-n", rel.namespace, "get", "secret", secret,
-                                     "-o", "jsonpath={.data.token}").stdout).decode()
+    """A kubeconfig that authenticates with the ServiceAccount's own token (not admin): a bound
+    token from the TokenRequest API, as `kubectl create token` asks for it."""
+    token = kubectl("-n", rel.namespace, "create", "token", RELEASE,
+                    "--duration=1h").stdout.strip()
+    assert token, "kubectl create token returned no token"
     admin = json.loads(kubectl("config", "view", "--minify", "--raw", "-o", "json").stdout)
     cluster = admin["clusters"][0]["cluster"]
     config = {

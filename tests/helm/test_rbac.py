@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import NAMESPACE, V1_20, grants, manifests, objects_of, one, render
+from conftest import NAMESPACE, V1_21, grants, manifests, objects_of, one, render
 
 READ = {"get", "list", "watch"}
 
@@ -35,7 +35,7 @@ CASES = {
 
 
 def roles(values):
-    objs = manifests(render(values, **V1_20))
+    objs = manifests(render(values, **V1_21))
     return objs, objects_of(objs, "ClusterRole") + objects_of(objs, "Role")
 
 

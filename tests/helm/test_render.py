@@ -13,8 +13,7 @@ from conftest import (
     CHART_DIR,
     NAMESPACE,
     RELEASE,
-    V1_20,
-    V1_23,
+    V1_21,
     V1_30,
     container,
     env_of,
@@ -60,7 +59,7 @@ def test_lint_reports_values_the_schema_rejects():
 
 
 def test_defaults_render_the_expected_objects():
-    objs = manifests(render(**V1_20))
+    objs = manifests(render(**V1_21))
     kinds = sorted((o["kind"], o["metadata"].get("namespace", "")) for o in objs)
     assert kinds == sorted([
         ("ClusterRole", ""),
@@ -78,7 +77,7 @@ def test_defaults_render_the_expected_objects():
 
 
 def test_default_cronjob():
-    cj = one(manifests(render(**V1_20)), "CronJob")
+    cj = one(manifests(render(**V1_21)), "CronJob")
     spec = cj["spec"]
     assert spec["schedule"] == "*/15 * * * *"
     assert spec["concurrencyPolicy"] == "Forbid"
@@ -112,7 +111,7 @@ def test_default_cronjob():
 
 
 def test_default_wiring_between_objects():
-    objs = manifests(render(**V1_20))
+    objs = manifests(render(**V1_21))
     cj, sa, cm = one(objs, "CronJob"), one(objs, "ServiceAccount"), one(objs, "ConfigMap")
     pod = pod_spec(cj)
     assert pod["serviceAccountName"] == sa["metadata"]["name"] == "bouncer"
@@ -146,22 +145,18 @@ def test_notes_tell_how_to_read_the_last_report_and_run_now():
 
 
 @pytest.mark.parametrize(
-    ("caps", "expected"),
-    [
-        (V1_20, "batch/v1beta1"),
-        (V1_23, "batch/v1"),
-        (V1_30, "batch/v1"),
-        # No discovery (plain `helm template`): the Kubernetes version decides.
-        ({"kube_version": "v1.20.2"}, "batch/v1beta1"),
-        ({"kube_version": "v1.21.0"}, "batch/v1"),
-        ({"kube_version": "v1.30.0"}, "batch/v1"),
-        ({}, "batch/v1"),
-    ],
-    ids=["discovery-1.20", "discovery-1.23", "discovery-1.30", "kube-1.20", "kube-1.21",
-         "kube-1.30", "helm-defaults"],
+    "caps",
+    [V1_21, V1_30, {"kube_version": "v1.36.3"}, {}],
+    ids=["discovery-1.21", "discovery-1.30", "kube-1.36", "helm-defaults"],
 )
-def test_cronjob_api_version_follows_capabilities(caps, expected):
-    assert one(manifests(render(**caps)), "CronJob")["apiVersion"] == expected
+def test_cronjob_is_batch_v1_on_every_supported_version(caps):
+    assert one(manifests(render(**caps)), "CronJob")["apiVersion"] == "batch/v1"
+
+
+def test_servers_older_than_1_21_are_refused():
+    """batch/v1 CronJobs and policy/v1 evictions arrived in 1.21: Chart.yaml's kubeVersion says so."""
+    with pytest.raises(Exception, match="kubeVersion|incompatible"):
+        render(kube_version="v1.20.2")
 
 
 # --- non-default values -----------------------------------------------------------------------
@@ -189,7 +184,7 @@ def test_every_setting_reaches_the_cronjob():
         "priorityClassName": "system-cluster-critical",
         "imagePullSecrets": [{"name": "regcred"}],
     }
-    cj = one(manifests(render(values, **V1_20)), "CronJob")
+    cj = one(manifests(render(values, **V1_21)), "CronJob")
     spec, job = cj["spec"], cj["spec"]["jobTemplate"]["spec"]
     assert (spec["schedule"], spec["suspend"], spec["startingDeadlineSeconds"]) == ("0 3 * * *", True, 120)
     assert (spec["successfulJobsHistoryLimit"], spec["failedJobsHistoryLimit"]) == (0, 7)
@@ -222,13 +217,13 @@ def test_image_digest_wins_over_tag():
 
 
 def test_dry_run_adds_the_flag_and_says_so():
-    rendered = render({"dryRun": True}, **V1_20)
+    rendered = render({"dryRun": True}, **V1_21)
     assert container(one(manifests(rendered), "CronJob"))["args"] == ["run", "--dry-run"]
     assert "DRY-RUN" in notes(rendered)
 
 
 def test_rbac_namespaces_use_roles_for_namespaced_resources():
-    rendered = render({"rbac": {"namespaces": ["team-a", "team-b"]}}, **V1_20)
+    rendered = render({"rbac": {"namespaces": ["team-a", "team-b"]}}, **V1_21)
     objs = manifests(rendered)
     roles = {(r["metadata"]["namespace"], r["metadata"]["name"]) for r in objects_of(objs, "Role")}
     assert roles == {("team-a", "ops-bouncer"), ("team-b", "ops-bouncer"), (NAMESPACE, "bouncer-lease")}
@@ -246,7 +241,7 @@ def test_rbac_namespaces_use_roles_for_namespaced_resources():
 
 def test_eviction_disabled_drops_only_the_eviction_grant():
     def all_rules(values):
-        objs = manifests(render(values, **V1_20))
+        objs = manifests(render(values, **V1_21))
         return [rule for r in objects_of(objs, "ClusterRole") + objects_of(objs, "Role")
                 for rule in r["rules"]]
 
@@ -324,7 +319,7 @@ def test_policy_files_in_the_chart_are_included_and_values_override_them(chart_c
 
 @pytest.mark.parametrize("values", [{}, {"dryRun": True, "rbac": {"namespaces": ["a"]}}])
 def test_pod_is_hardened(values):
-    cj = one(manifests(render(values, **V1_20)), "CronJob")
+    cj = one(manifests(render(values, **V1_21)), "CronJob")
     pod = pod_spec(cj)
     assert pod["automountServiceAccountToken"] is True
     assert pod["securityContext"]["runAsNonRoot"] is True

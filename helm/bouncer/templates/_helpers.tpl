@@ -57,23 +57,6 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
-{{/*
-CronJob API version. A live cluster (helm install/upgrade, or helm template --api-versions) is asked
-through discovery; without that information (plain helm template), the Kubernetes version decides:
-batch/v1 is served from 1.21 on, and batch/v1beta1 is gone from 1.25 on.
-*/}}
-{{- define "bouncer.cronJobApiVersion" -}}
-{{- if .Capabilities.APIVersions.Has "batch/v1/CronJob" -}}
-batch/v1
-{{- else if .Capabilities.APIVersions.Has "batch/v1beta1/CronJob" -}}
-batch/v1beta1
-{{- else if semverCompare ">=1.21-0" .Capabilities.KubeVersion.Version -}}
-batch/v1
-{{- else -}}
-batch/v1beta1
-{{- end -}}
-{{- end -}}
-
 {{/* RBAC rules bouncer needs in every namespace it may bounce in. */}}
 {{- define "bouncer.namespacedRules" -}}
 - apiGroups: [""]

@@ -191,21 +191,11 @@ impl TestNs {
             .create(&PostParams::default(), &ns)
             .await
             .unwrap_or_else(|e| panic!("test setup: creating namespace {name}: {e}"));
-        // Before 1.24 the ServiceAccount admission plugin also rejects pods until the token
-        // controller has attached a token secret to the account; from 1.24 on there is none.
-        let needs_token = client
-            .apiserver_version()
-            .await
-            .ok()
-            .and_then(|v| v.minor.trim_end_matches('+').parse::<u32>().ok())
-            .is_some_and(|minor| minor < 24);
+        // Until the controller manager makes the `default` ServiceAccount, pods are rejected.
         let sa = Api::<ServiceAccount>::namespaced(client.clone(), &name);
-        let usable = move |o: Option<&ServiceAccount>| {
-            o.is_some_and(|sa| !needs_token || sa.secrets.as_ref().is_some_and(|s| !s.is_empty()))
-        };
         let ready = tokio::time::timeout(
             Duration::from_secs(60),
-            await_condition(sa, "default", usable),
+            await_condition(sa, "default", |o: Option<&ServiceAccount>| o.is_some()),
         )
         .await;
         if !matches!(ready, Ok(Ok(_))) {
@@ -294,8 +284,8 @@ impl Drop for TestNs {
                 Ok(path) => eprintln!("namespace {} kept; dump: {}", self.name, path.display()),
                 Err(e) => eprintln!("namespace {} kept; dump failed: {e:#}", self.name),
             }
-            // A stalled rollout may be the cluster's fault, not the code's: a hollow node that
-            // stopped heartbeating is NotReady and tainted unreachable. Say so next to the failure.
+            // A stalled rollout may be the cluster's fault, not the code's: a node whose lease
+            // stopped being renewed is NotReady and tainted unreachable. Say so next to the failure.
             eprintln!("{}", cluster_health());
             return;
         }

@@ -6,9 +6,10 @@
 //! - [`cluster()`], [`client()`], [`kubectl()`], [`TestNs`]: the control plane starts once per test
 //!   process (`scripts/cluster up`, or `BOUNCER_TEST_KUBECONFIG`), every test gets its own client
 //!   and its own namespace, which is dumped to `target/test-dumps/` when the test panics.
-//! - [`MetricsEmulator`]: there is no metrics-server; a CRD serves the `metrics.k8s.io` URLs and
-//!   this task writes PodMetrics from a per-pod memory model set by annotations, so a leak and its
-//!   reset by a restart are visible to bouncer exactly as on a real cluster.
+//! - [`metrics`]: pod memory as the real metrics-server reports it. The cluster's KWOK nodes
+//!   report each pod's memory from a model set by its annotations ([`MEMORY_BASE`],
+//!   [`MEMORY_LEAK_PER_MINUTE`], [`MEMORY_CONTAINER`]), so a leak and its reset by a restart are
+//!   visible to bouncer exactly as on a real cluster; [`model_usage`] predicts the values.
 //! - [`RevertingOperator`], [`BarePodApp`]: the two awkward owners bouncer must cope with
 //!   (an operator that undoes template changes, and an app that recreates bare pods by name).
 //! - [`workloads`]: builders for small, schedulable workloads and ToolHive-shaped ones.
@@ -24,13 +25,12 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use bouncer_testkit::{Kind, MetricsEmulator, PodTemplateExt, TestNs, client, create, deployment};
+//! use bouncer_testkit::{Kind, PodTemplateExt, TestNs, client, create, deployment};
 //! use bouncer_testkit::{rollout_restart_patch, wait_pod_memory, wait_pods_ready, wait_rollout_complete};
 //!
 //! # async fn example() {
 //! let client = client().await; // starts or reuses the cluster
 //! let ns = TestNs::new(&client, "example").await; // declared first, so dropped last
-//! let _metrics = MetricsEmulator::new(client.clone()).namespace(ns.name()).spawn().await.unwrap();
 //! let web = deployment("web", 2, &[("app", "web")]).with_memory("64Mi", "30Mi");
 //! create(&client, ns.name(), &web).await.unwrap();
 //! let wait = Duration::from_secs(180);
@@ -52,9 +52,7 @@ pub mod workloads;
 
 pub use cluster::{Cluster, TestNs, client, cluster, kubectl};
 pub use fixtures::{BarePodApp, RevertMode, RevertingOperator};
-pub use metrics::{
-    MetricsEmulator, PodMemory, install_metrics_crd, parse_quantity, pod_memory, wait_pod_memory,
-};
+pub use metrics::{PodMemory, model_usage, parse_quantity, pod_memory, wait_pod_memory};
 pub use rollout::{
     Kind, rollout_restart_patch, wait_pod_replaced, wait_pods_ready, wait_rollout_complete,
 };
@@ -68,7 +66,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::task::JoinHandle;
 
-/// Pod annotation: memory the model starts from (a quantity, default 16Mi).
+/// Pod annotation: memory the model starts from (a quantity, default 16Mi). The model itself is
+/// KWOK's usage expression in `tests/cluster/kwok.yaml`; these names must match it.
 pub const MEMORY_BASE: &str = "bouncer.dev/test-memory-base";
 /// Pod annotation: memory added per minute of pod age (a quantity, default 0).
 pub const MEMORY_LEAK_PER_MINUTE: &str = "bouncer.dev/test-memory-leak-per-minute";
@@ -98,7 +97,7 @@ impl BackgroundTask {
         }
     }
 
-    /// How many corrective writes the task made (reverts, recreated pods, PodMetrics writes).
+    /// How many corrective writes the task made (reverts, recreated pods).
     /// Lets a test prove the fixture acted instead of only observing the end state.
     pub fn actions(&self) -> usize {
         self.actions.load(Ordering::SeqCst)

@@ -1,11 +1,12 @@
-//! The `bouncer-testkit` command for demos against the local cluster: a foreground metrics
-//! emulator and a one-shot setup of ToolHive-shaped and plain leaky workloads.
+//! The `bouncer-testkit` command for demos against the local cluster: a one-shot setup of
+//! ToolHive-shaped and plain leaky workloads (their memory follows the KWOK model in their pod
+//! annotations; metrics-server reports it).
 
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use bouncer_testkit::workloads::{McpServer, deployment, mcp_server, virtual_mcp_server};
-use bouncer_testkit::{MetricsEmulator, PodTemplateExt, install_metrics_crd};
+use bouncer_testkit::PodTemplateExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{ObjectMeta, PostParams};
@@ -15,8 +16,7 @@ const USAGE: &str = "\
 usage: bouncer-testkit <command>
 
 commands:
-  metrics [--namespace NS]   write PodMetrics for running pods every second (foreground)
-  demo-setup                 install the PodMetrics CRD and create the demo workloads
+  demo-setup                 create the demo workloads
 
 Uses KUBECONFIG like kubectl (e.g. after: eval \"$(scripts/cluster env)\").";
 
@@ -30,8 +30,6 @@ async fn main() -> ExitCode {
         .collect::<Vec<_>>()
         .as_slice()
     {
-        ["metrics"] => metrics(None).await,
-        ["metrics", "--namespace" | "-n", ns] => metrics(Some(ns)).await,
         ["demo-setup"] => demo_setup().await,
         ["help" | "--help" | "-h"] => {
             println!("{USAGE}");
@@ -51,7 +49,7 @@ async fn main() -> ExitCode {
     }
 }
 
-/// Warnings from the emulator go to stderr; `RUST_LOG` raises the level.
+/// Warnings go to stderr; `RUST_LOG` raises the level.
 fn tracing_subscriber_init() {
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
@@ -67,25 +65,8 @@ async fn client() -> Result<Client> {
         .context("connecting to the cluster (is KUBECONFIG set?)")
 }
 
-async fn metrics(ns: Option<&str>) -> Result<()> {
-    let mut emulator = MetricsEmulator::new(client().await?);
-    if let Some(ns) = ns {
-        emulator = emulator.namespace(ns);
-    }
-    eprintln!(
-        "writing PodMetrics for running pods in {} every second (Ctrl-C stops)",
-        ns.unwrap_or("all namespaces")
-    );
-    tokio::select! {
-        r = emulator.run() => r,
-        _ = tokio::signal::ctrl_c() => Ok(()),
-    }
-}
-
 async fn demo_setup() -> Result<()> {
     let client = client().await?;
-    install_metrics_crd(&client).await?;
-    println!("PodMetrics CRD installed (metrics.k8s.io/v1beta1 pods)");
     for ns in ["toolhive-system", "toolhive", "shop"] {
         let obj = Namespace {
             metadata: ObjectMeta {
@@ -132,7 +113,6 @@ async fn demo_setup() -> Result<()> {
         .with_memory("64Mi", "20Mi")
         .with_memory_limit(Some("1Gi"));
     create(&client, "shop", &api).await?;
-    println!("\nnext: bouncer-testkit metrics   (keeps PodMetrics in step with the pods)");
     Ok(())
 }
 

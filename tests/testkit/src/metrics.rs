@@ -1,37 +1,22 @@
-//! metrics.k8s.io emulation: the PodMetrics CRD, a per-pod memory model driven by annotations,
-//! and the emulator task that keeps PodMetrics in step with running pods.
+//! Pod memory as the real metrics-server reports it (`metrics.k8s.io/v1beta1`, served through the
+//! API server's aggregation layer), and the memory model the test cluster's KWOK nodes follow
+//! (`tests/cluster/kwok.yaml`), so tests can predict what metrics-server will report.
 
-use std::collections::HashSet;
-use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
-};
-use kube::runtime::wait::{await_condition, conditions};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::api::{ApiResource, DynamicObject};
 use kube::{Api, Client, ResourceExt};
-use serde_json::{Value, json};
-use tokio::time::MissedTickBehavior;
 
-use crate::{
-    BackgroundTask, MEMORY_BASE, MEMORY_CONTAINER, MEMORY_LEAK_PER_MINUTE, count, is_conflict,
-    is_not_found,
-};
+use crate::{MEMORY_BASE, MEMORY_CONTAINER, MEMORY_LEAK_PER_MINUTE, is_not_found};
 
-const CRD_NAME: &str = "pods.metrics.k8s.io";
-const FIELD_MANAGER: &str = "bouncer-metrics-emulator";
 const DEFAULT_BASE: u64 = 16 << 20;
 /// What containers other than the modelled one report, small enough never to trigger anything.
-const OTHER_CONTAINER: u64 = 4 << 20;
+pub const OTHER_CONTAINER: u64 = 4 << 20;
 
-/// The PodMetrics resource as the CRD serves it (same URL as metrics-server's aggregated API).
+/// metrics-server's PodMetrics resource.
 pub fn pod_metrics_resource() -> ApiResource {
     ApiResource {
         group: "metrics.k8s.io".into(),
@@ -39,53 +24,6 @@ pub fn pod_metrics_resource() -> ApiResource {
         api_version: "metrics.k8s.io/v1beta1".into(),
         kind: "PodMetrics".into(),
         plural: "pods".into(),
-    }
-}
-
-/// Installs the PodMetrics CRD (idempotent) and returns once `/apis/metrics.k8s.io/v1beta1/pods`
-/// answers a list, so a caller can read metrics right away.
-pub async fn install_metrics_crd(client: &Client) -> Result<()> {
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": CRD_NAME,
-            // Required for CRDs in *.k8s.io groups; "unapproved" is the documented opt-out.
-            "annotations": {"api-approved.kubernetes.io": "unapproved, testing only"},
-        },
-        "spec": {
-            "group": "metrics.k8s.io",
-            "scope": "Namespaced",
-            "names": {"plural": "pods", "singular": "podmetrics", "kind": "PodMetrics", "listKind": "PodMetricsList"},
-            "versions": [{
-                "name": "v1beta1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-            }],
-        },
-    }))?;
-    let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    match crds.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(e) if is_conflict(&e) => {}
-        Err(e) => return Err(e).context("creating the PodMetrics CRD"),
-    }
-    tokio::time::timeout(
-        Duration::from_secs(60),
-        await_condition(crds, CRD_NAME, conditions::is_crd_established()),
-    )
-    .await
-    .context("PodMetrics CRD not established within 60s")??;
-    // Established comes slightly before the handler serves the URL; discovery has no watch.
-    let metrics = Api::<DynamicObject>::all_with(client.clone(), &pod_metrics_resource());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        match metrics.list(&ListParams::default().limit(1)).await {
-            Ok(_) => return Ok(()),
-            Err(e) if tokio::time::Instant::now() >= deadline => {
-                return Err(e).context("listing /apis/metrics.k8s.io/v1beta1/pods");
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
     }
 }
 
@@ -138,20 +76,13 @@ pub fn parse_quantity(q: &str) -> Result<u64> {
     u64::try_from(digits * mul / (scale * div)).map_err(|_| anyhow!("quantity {q:?} too large"))
 }
 
-/// The modelled memory of each container of a pod at `now`, or `None` when the pod gets no
-/// metrics (not Running, no start time yet). Errors name a bad annotation.
-///
-/// The modelled container uses `base + leak_per_minute * age`, to the byte, with the age in
-/// whole seconds (the resolution of `status.startTime` and of the written timestamp), so the
-/// value can be recomputed exactly from what the PodMetrics object shows.
+/// The memory model's value for each container of a pod at `now` (the KWOK usage expression in
+/// `tests/cluster/kwok.yaml`, recomputed): the modelled container has `base + leak_per_minute *
+/// age`, with the age counted from the pod's creation; the others have 4Mi. `None` for a pod that
+/// is not Running (metrics-server reports none). Errors name a bad annotation.
 pub fn model_usage(pod: &Pod, now: Timestamp) -> Result<Option<Vec<(String, u64)>>> {
-    let Some(status) = &pod.status else {
-        return Ok(None);
-    };
-    if status.phase.as_deref() != Some("Running") {
-        return Ok(None);
-    }
-    let Some(start) = &status.start_time else {
+    let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    let Some(created) = pod.metadata.creation_timestamp.as_ref().filter(|_| running) else {
         return Ok(None);
     };
     let annotations = pod.annotations();
@@ -172,29 +103,28 @@ pub fn model_usage(pod: &Pod, now: Timestamp) -> Result<Option<Vec<(String, u64)
         Some(c) => bail!("annotation {MEMORY_CONTAINER} names {c:?}, not a container of the pod"),
         None => names.first().copied().unwrap_or_default(),
     };
-    let age = u128::try_from((now.as_second() - start.0.as_second()).max(0))?;
-    let modelled = u64::try_from(u128::from(base) + u128::from(leak) * age / 60)?;
+    let age_ms = u128::try_from((now.as_millisecond() - created.0.as_millisecond()).max(0))?;
+    let modelled = u64::try_from(u128::from(base) + u128::from(leak) * age_ms / 60_000)?;
     let usage = names
         .iter()
         .map(|n| {
-            (
-                n.to_string(),
-                if *n == carrier {
-                    modelled
-                } else {
-                    OTHER_CONTAINER
-                },
-            )
+            let bytes = if *n == carrier {
+                modelled
+            } else {
+                OTHER_CONTAINER
+            };
+            (n.to_string(), bytes)
         })
         .collect();
     Ok(Some(usage))
 }
 
-/// Memory of a pod as its PodMetrics object reports it.
+/// Memory of a pod as metrics-server reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodMemory {
     /// Sum of the containers' `usage.memory`.
     pub bytes: u64,
+    /// When metrics-server sampled it (the scrape of the pod's node).
     pub timestamp: Timestamp,
     pub containers: Vec<(String, u64)>,
 }
@@ -224,17 +154,20 @@ fn read_pod_memory(obj: &DynamicObject) -> Result<PodMemory> {
     })
 }
 
-/// The pod's current PodMetrics, or `None` when there are none.
+/// The pod's current PodMetrics, or `None` while metrics-server has none for it (a new pod has
+/// none until its node has been scraped twice).
 pub async fn pod_memory(client: &Client, ns: &str, pod: &str) -> Result<Option<PodMemory>> {
     let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &pod_metrics_resource());
-    match api.get_opt(pod).await? {
-        Some(obj) => Ok(Some(read_pod_memory(&obj)?)),
-        None => Ok(None),
+    match api.get(pod).await {
+        Ok(obj) => Ok(Some(read_pod_memory(&obj)?)),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading PodMetrics {ns}/{pod}")),
     }
 }
 
-/// Watches the pod's PodMetrics until `cond` holds (`None` = no metrics object) and returns
-/// the state that satisfied it.
+/// Polls the pod's PodMetrics until `cond` holds (`None` = no metrics yet, or no more) and
+/// returns the state that satisfied it. metrics.k8s.io serves no watch, and metrics-server
+/// refreshes every 10 s, so a 1 s poll misses nothing.
 pub async fn wait_pod_memory(
     client: &Client,
     ns: &str,
@@ -242,195 +175,25 @@ pub async fn wait_pod_memory(
     timeout: Duration,
     mut cond: impl FnMut(Option<&PodMemory>) -> bool,
 ) -> Result<Option<PodMemory>> {
-    let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &pod_metrics_resource());
-    let mut last = None;
-    let wait = async {
-        let mut stream = std::pin::pin!(watcher::watch_object(api, pod));
-        while let Some(obj) = stream.next().await {
-            let memory = obj?.as_ref().map(read_pod_memory).transpose()?;
-            if cond(memory.as_ref()) {
-                return Ok(memory);
-            }
-            last = memory;
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let now = pod_memory(client, ns, pod).await;
+        if let Ok(m) = &now
+            && cond(m.as_ref())
+        {
+            return now;
         }
-        bail!("PodMetrics watch ended")
-    };
-    match tokio::time::timeout(timeout, wait).await {
-        Ok(r) => r,
-        Err(_) => {
-            bail!("PodMetrics {ns}/{pod}: condition not met within {timeout:?}; last seen {last:?}")
+        if tokio::time::Instant::now() >= deadline {
+            bail!("PodMetrics {ns}/{pod}: condition not met within {timeout:?}; last seen {now:?}");
         }
-    }
-}
-
-/// Writes PodMetrics for the running pods of one namespace (or all) about every `interval`
-/// and deletes those of pods that are gone or no longer Running.
-#[derive(Clone)]
-pub struct MetricsEmulator {
-    client: Client,
-    namespace: Option<String>,
-    interval: Duration,
-}
-
-impl MetricsEmulator {
-    /// An emulator for every namespace, refreshing every second.
-    pub fn new(client: Client) -> Self {
-        Self {
-            client,
-            namespace: None,
-            interval: Duration::from_secs(1),
-        }
-    }
-
-    /// Limits the emulator to one namespace, so parallel tests never touch each other's metrics.
-    pub fn namespace(mut self, ns: impl Into<String>) -> Self {
-        self.namespace = Some(ns.into());
-        self
-    }
-
-    pub fn interval(mut self, interval: Duration) -> Self {
-        self.interval = interval;
-        self
-    }
-
-    /// Installs the CRD, then runs the emulator as a task; the first PodMetrics appear within
-    /// about one interval of a pod becoming Running. `actions()` counts PodMetrics writes.
-    pub async fn spawn(self) -> Result<BackgroundTask> {
-        install_metrics_crd(&self.client).await?;
-        let actions = Arc::new(AtomicUsize::new(0));
-        let counter = actions.clone();
-        Ok(BackgroundTask::spawn(actions, async move {
-            if let Err(e) = self.sync_forever(&counter).await {
-                tracing::error!("metrics emulator stopped: {e:#}");
-            }
-        }))
-    }
-
-    /// Installs the CRD and runs in the foreground until the pod watch fails for good.
-    pub async fn run(self) -> Result<()> {
-        install_metrics_crd(&self.client).await?;
-        self.sync_forever(&AtomicUsize::new(0)).await
-    }
-
-    fn pods_api(&self) -> Api<Pod> {
-        match &self.namespace {
-            Some(ns) => Api::namespaced(self.client.clone(), ns),
-            None => Api::all(self.client.clone()),
-        }
-    }
-
-    fn metrics_api(&self, ns: Option<&str>) -> Api<DynamicObject> {
-        let ar = pod_metrics_resource();
-        match ns.or(self.namespace.as_deref()) {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
-            None => Api::all_with(self.client.clone(), &ar),
-        }
-    }
-
-    async fn sync_forever(&self, actions: &AtomicUsize) -> Result<()> {
-        let (store, writer) = reflector::store::<Pod>();
-        let pods = reflector(writer, watcher(self.pods_api(), watcher::Config::default()))
-            .default_backoff()
-            .touched_objects();
-        let mut pods = std::pin::pin!(pods);
-        // Leftovers from an earlier run count as written so they are cleaned up too.
-        let mut written: HashSet<(String, String)> = self
-            .metrics_api(None)
-            .list(&ListParams::default())
-            .await
-            .context("listing existing PodMetrics")?
-            .items
-            .iter()
-            .map(|m| (m.namespace().unwrap_or_default(), m.name_any()))
-            .collect();
-        let mut tick = tokio::time::interval(self.interval);
-        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                event = pods.next() => match event {
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => tracing::warn!("metrics emulator: pod watch: {e}"),
-                    None => bail!("pod watch ended"),
-                },
-                _ = tick.tick() => {
-                    // Never await readiness here: the store only fills while `pods` is polled.
-                    let ready = tokio::time::timeout(Duration::ZERO, store.wait_until_ready()).await;
-                    if matches!(ready, Ok(Ok(()))) {
-                        self.sync_once(&store.state(), &mut written, actions).await;
-                    }
-                }
-            }
-        }
-    }
-
-    async fn sync_once(
-        &self,
-        pods: &[Arc<Pod>],
-        written: &mut HashSet<(String, String)>,
-        actions: &AtomicUsize,
-    ) {
-        let now =
-            Timestamp::from_second(Timestamp::now().as_second()).expect("now is a valid timestamp");
-        let mut live = HashSet::new();
-        for pod in pods {
-            let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
-            let usage = match model_usage(pod, now) {
-                Ok(Some(usage)) => usage,
-                Ok(None) => continue,
-                Err(e) => {
-                    tracing::warn!("metrics emulator: pod {ns}/{name}: {e:#}");
-                    continue;
-                }
-            };
-            let containers: Vec<Value> = usage
-                .iter()
-                .map(|(c, bytes)| json!({"name": c, "usage": {"cpu": "1m", "memory": bytes.to_string()}}))
-                .collect();
-            // metrics-server copies the pod's labels, which makes `kubectl top pod -l` work.
-            let body = json!({
-                "apiVersion": "metrics.k8s.io/v1beta1",
-                "kind": "PodMetrics",
-                "metadata": {"name": name, "namespace": ns, "labels": pod.labels()},
-                "timestamp": now.to_string(),
-                "window": "30s",
-                "containers": containers,
-            });
-            let params = PatchParams::apply(FIELD_MANAGER).force();
-            match self
-                .metrics_api(Some(&ns))
-                .patch(&name, &params, &Patch::Apply(&body))
-                .await
-            {
-                Ok(_) => count(actions),
-                // A namespace being deleted refuses writes; its pods are about to go anyway.
-                Err(e) => tracing::debug!("metrics emulator: writing PodMetrics {ns}/{name}: {e}"),
-            }
-            live.insert((ns, name));
-        }
-        let stale: Vec<_> = written.difference(&live).cloned().collect();
-        for (ns, name) in stale {
-            match self
-                .metrics_api(Some(&ns))
-                .delete(&name, &DeleteParams::default())
-                .await
-            {
-                Ok(_) => {
-                    count(actions);
-                    written.remove(&(ns, name));
-                }
-                Err(e) if is_not_found(&e) => {
-                    written.remove(&(ns, name));
-                }
-                Err(e) => tracing::debug!("metrics emulator: deleting PodMetrics {ns}/{name}: {e}"),
-            }
-        }
-        written.extend(live);
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn quantities() {
@@ -444,17 +207,17 @@ mod tests {
         assert!(parse_quantity("Mi").is_err());
     }
 
-    fn pod(annotations: &[(&str, &str)], start: &str, phase: &str) -> Pod {
+    fn pod(annotations: &[(&str, &str)], created: &str, phase: &str) -> Pod {
         serde_json::from_value(json!({
-            "metadata": {"name": "p", "annotations": annotations.iter().cloned().collect::<std::collections::BTreeMap<_, _>>()},
+            "metadata": {"name": "p", "creationTimestamp": created, "annotations": annotations.iter().cloned().collect::<std::collections::BTreeMap<_, _>>()},
             "spec": {"containers": [{"name": "app"}, {"name": "sidecar"}]},
-            "status": {"phase": phase, "startTime": start},
+            "status": {"phase": phase},
         }))
         .unwrap()
     }
 
     #[test]
-    fn leak_grows_with_age_to_the_byte() {
+    fn leak_grows_with_age() {
         let p = pod(
             &[(MEMORY_LEAK_PER_MINUTE, "60Mi")],
             "2025-01-01T00:00:00Z",
@@ -467,6 +230,7 @@ mod tests {
         );
         assert_eq!(at("2025-01-01T00:00:02Z")[0].1, (16 << 20) + (2 << 20));
         assert_eq!(at("2025-01-01T00:00:01Z")[0].1, (16 << 20) + (1 << 20));
+        assert_eq!(at("2025-01-01T00:00:00.5Z")[0].1, (16 << 20) + (1 << 19));
     }
 
     #[test]

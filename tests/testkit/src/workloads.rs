@@ -19,10 +19,10 @@ use serde::de::DeserializeOwned;
 
 use crate::{MEMORY_BASE, MEMORY_CONTAINER, MEMORY_LEAK_PER_MINUTE};
 
-/// The image is never pulled (the hollow nodes' runtime is fake) but must look real.
+/// The image is never pulled (KWOK nodes run no containers) but must look real.
 const IMAGE: &str = "registry.k8s.io/pause:3.2";
-/// A large limit leaves room for percent-of-limit thresholds; the requests stay tiny so a hollow
-/// node (1 CPU, 3840Mi) fits a hundred test pods.
+/// A large limit leaves room for percent-of-limit thresholds; the requests stay tiny, as a real
+/// cluster's scheduler would need them.
 const DEFAULT_MEMORY_LIMIT: &str = "2Gi";
 
 fn labels_map(labels: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -61,8 +61,9 @@ pub fn pod_template(labels: &[(&str, &str)]) -> PodTemplateSpec {
         }),
         spec: Some(PodSpec {
             containers: vec![container("app")],
-            // The fake runtime stops containers at once; a short grace keeps deletes quick anyway.
-            termination_grace_period_seconds: Some(5),
+            // A KWOK node keeps a deleted pod Terminating for its whole grace period (an app that
+            // uses all of it): short, so rollouts that wait for deletions stay quick.
+            termination_grace_period_seconds: Some(2),
             ..Default::default()
         }),
     }
@@ -163,13 +164,14 @@ pub trait PodTemplateExt: Sized {
         self
     }
 
-    /// Sets the memory limit of every container (`None` removes it, for "no limit" cases).
+    /// Sets the memory limit of every container and native sidecar (`None` removes it, for
+    /// "no limit" cases).
     fn with_memory_limit(mut self, limit: Option<&str>) -> Self {
         for c in self
             .pod_template_mut()
             .spec
             .iter_mut()
-            .flat_map(|s| s.containers.iter_mut())
+            .flat_map(|s| s.containers.iter_mut().chain(s.init_containers.iter_mut().flatten()))
         {
             let limits = c
                 .resources
@@ -182,6 +184,29 @@ pub trait PodTemplateExt: Sized {
             };
         }
         self
+    }
+
+    /// Adds a native sidecar: an init container with `restartPolicy: Always` (same image,
+    /// requests and limit as a regular container), which runs for the pod's whole life.
+    fn with_sidecar(mut self, name: &str) -> Self {
+        if let Some(spec) = self.pod_template_mut().spec.as_mut() {
+            let mut sidecar = container(name);
+            sidecar.restart_policy = Some("Always".to_string());
+            spec.init_containers.get_or_insert_with(Vec::new).push(sidecar);
+        }
+        self
+    }
+
+    /// Sets a pod-level memory limit (`spec.resources`) and removes the containers' own.
+    fn with_pod_memory_limit(self, limit: &str) -> Self {
+        let mut this = self.with_memory_limit(None);
+        if let Some(spec) = this.pod_template_mut().spec.as_mut() {
+            spec.resources = Some(ResourceRequirements {
+                limits: Some([("memory".to_string(), Quantity(limit.to_string()))].into()),
+                ..Default::default()
+            });
+        }
+        this
     }
 
     /// Adds another container (same image, requests and limit as the first).
