@@ -72,7 +72,9 @@ fn usages<'a>(trigger: Option<&MemoryTrigger>, w: &'a Workload) -> (Vec<PodUsage
         let limit: Option<u64> = match (container, containers.as_slice()) {
             (_, []) => None,
             (Some(_), [c]) => c.limit.or(pod.limit),
-            _ => pod.limit.or_else(|| containers.iter().map(|c| c.limit).sum()),
+            _ => pod
+                .limit
+                .or_else(|| containers.iter().map(|c| c.limit).sum()),
         };
         let threshold = trigger.and_then(|t| match t.threshold {
             Threshold::Bytes(b) => Some(b),

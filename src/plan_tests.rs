@@ -221,6 +221,56 @@ fn percent_of_limit_and_named_container() {
 }
 
 #[test]
+fn pod_level_limit_and_sidecar_limits_set_percent_of_limit() {
+    let mut p = policy("m", "x");
+    p.memory = Some(MemoryTrigger {
+        threshold: Threshold::PercentOfLimit(85.0),
+        container: None,
+    });
+    // 900Mi of a 1Gi container: over 85% alone, under 85% with a 1Gi native sidecar beside it.
+    let mut with_sidecar = pod("s-1", "x", OLD, Some(900));
+    with_sidecar.containers.push(ContainerSample {
+        name: "proxy".into(),
+        usage: Some(10 * MI),
+        limit: Some(1024 * MI),
+    });
+    // No container limit, a pod-level 1Gi one: the pod's limit, not "no memory limit".
+    let mut pod_level = pod("pl-1", "x", OLD, Some(900));
+    pod_level.containers[0].limit = None;
+    pod_level.limit = Some(1024 * MI);
+    let inv = inventory(vec![
+        deployment("a", "sidecar", "x", vec![with_sidecar]),
+        deployment("a", "podlevel", "x", vec![pod_level]),
+    ]);
+    let plan = run(&[p], &inv);
+    assert_eq!(names(&plan), vec!["podlevel"]);
+    assert!(matches!(
+        reason_of(&plan, "sidecar"),
+        SkipReason::NotDue(n) if matches!(n.memory, Some(MemoryState::Below { threshold, .. }) if threshold == 2048 * MI * 85 / 100)
+    ));
+}
+
+#[test]
+fn a_named_sidecar_without_numbers_never_triggers() {
+    let mut p = over(policy("m", "x"), 1);
+    p.memory.as_mut().unwrap().container = Some("proxy".into());
+    let mut hot = pod("h-1", "x", OLD, Some(900));
+    hot.containers.push(ContainerSample {
+        name: "proxy".into(),
+        usage: None,
+        limit: None,
+    });
+    let plan = run(
+        &[p],
+        &inventory(vec![deployment("a", "hot", "x", vec![hot])]),
+    );
+    assert!(names(&plan).is_empty());
+    assert!(
+        matches!(reason_of(&plan, "hot"), SkipReason::NotDue(n) if n.memory == Some(MemoryState::NoMetrics))
+    );
+}
+
+#[test]
 fn metrics_unavailable_turns_memory_off_but_not_schedules() {
     let mut inv = inventory(vec![
         deployment("a", "leaky", "x", vec![pod("l-1", "x", OLD, None)]),

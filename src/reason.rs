@@ -205,7 +205,9 @@ impl fmt::Display for NotDue {
                 MemoryState::OutsideWindow => {
                     "memory over threshold but outside the windows".to_string()
                 }
-                MemoryState::NoMetrics => "memory: metrics missing (no pod reported yet)".to_string(),
+                MemoryState::NoMetrics => {
+                    "memory: metrics missing (no pod reported yet)".to_string()
+                }
                 MemoryState::NoLimit => "memory: no memory limit".to_string(),
                 MemoryState::Unavailable(why) => format!("memory: metrics unavailable ({why})"),
                 MemoryState::Over { .. } => "memory over threshold".to_string(),

@@ -169,7 +169,7 @@ mod tests {
             deleting: false,
             containers: vec![],
             limit: None,
-        has_metrics: false,
+            has_metrics: false,
         }
     }
 

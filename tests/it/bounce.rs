@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use bouncer_testkit::{
-    PodTemplateExt, TestNs, client, create, deployment,
-    kubectl, mcp_server, model_usage, wait_pod_memory, wait_pods_ready, wait_rollout_complete,
+    PodTemplateExt, TestNs, client, create, deployment, kubectl, mcp_server, model_usage,
+    wait_pod_memory, wait_pods_ready, wait_rollout_complete,
 };
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -207,7 +207,11 @@ async fn memory_threshold_bounces_only_the_leaky_ones() {
             .await
             .remove(0);
         let new_name = pod.metadata.name.clone().unwrap();
-        assert_ne!(Some(&new_name), old_pod.metadata.name.as_ref(), "{name} has a new pod");
+        assert_ne!(
+            Some(&new_name),
+            old_pod.metadata.name.as_ref(),
+            "{name} has a new pod"
+        );
         let m = wait_pod_memory(
             &client,
             ns.name(),

@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use bouncer_testkit::{
-    Kind, PodTemplateExt, TestNs, client, create, deployment, kubectl,
-    wait_pod_memory, wait_rollout_complete,
+    Kind, PodTemplateExt, TestNs, client, create, deployment, kubectl, wait_pod_memory,
+    wait_rollout_complete,
 };
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -647,15 +647,28 @@ async fn metrics_server_down_turns_memory_triggers_off_but_schedules_still_bounc
         let _down = MetricsServerStopped::new();
         // The aggregator notices within seconds; until then it may still proxy to nothing.
         let deadline = Instant::now() + READY;
-        while bouncer_testkit::pod_memory(&client, n, &mem_pod).await.is_ok() {
+        while bouncer_testkit::pod_memory(&client, n, &mem_pod)
+            .await
+            .is_ok()
+        {
             assert!(Instant::now() < deadline, "metrics.k8s.io still answers");
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         next_minute(Duration::from_secs(1)).await;
         let run = bouncer(&["run", "--namespaces", n], &policies, n).await;
-        assert_eq!(run.code, 0, "stderr: {}\nreport: {:#}", run.stderr, run.report);
-        let why = run.report["metricsUnavailable"].as_str().unwrap_or_default();
-        assert!(why.contains("503") || why.contains("unavailable"), "{:#}", run.report);
+        assert_eq!(
+            run.code, 0,
+            "stderr: {}\nreport: {:#}",
+            run.stderr, run.report
+        );
+        let why = run.report["metricsUnavailable"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            why.contains("503") || why.contains("unavailable"),
+            "{:#}",
+            run.report
+        );
         let row = run.row("mem");
         assert_eq!(
             (row["decision"].as_str(), row["reasonCode"].as_str()),
@@ -663,7 +676,10 @@ async fn metrics_server_down_turns_memory_triggers_off_but_schedules_still_bounc
             "{row:#}"
         );
         assert!(
-            row["reason"].as_str().unwrap().contains("metrics unavailable"),
+            row["reason"]
+                .as_str()
+                .unwrap()
+                .contains("metrics unavailable"),
             "{row:#}"
         );
         assert_eq!(run.bounced(), ["sched"], "{:#}", run.report);
@@ -675,5 +691,9 @@ async fn metrics_server_down_turns_memory_triggers_off_but_schedules_still_bounc
         .await
         .expect("metrics again after metrics-server restarts");
     let run = bouncer(&["run", "--namespaces", n], &policies, n).await;
-    assert!(run.bounced().contains(&"mem".to_string()), "{:#}", run.report);
+    assert!(
+        run.bounced().contains(&"mem".to_string()),
+        "{:#}",
+        run.report
+    );
 }

@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 
 use bouncer_testkit::PodMemory;
 use bouncer_testkit::{
-    BackgroundTask, BarePodApp, Kind, PodTemplateExt, RESTARTED_AT, RevertMode,
-    RevertingOperator, TestNs, client, create, daemonset, deployment, pod_template,
-    model_usage, rollout_restart_patch, statefulset, wait_pod_memory, wait_pod_replaced, wait_pods_ready,
+    BackgroundTask, BarePodApp, Kind, PodTemplateExt, RESTARTED_AT, RevertMode, RevertingOperator,
+    TestNs, client, create, daemonset, deployment, model_usage, pod_template,
+    rollout_restart_patch, statefulset, wait_pod_memory, wait_pod_replaced, wait_pods_ready,
     wait_rollout_complete,
 };
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};

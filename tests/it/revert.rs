@@ -272,7 +272,7 @@ fn uid_of(pods: &[Pod], name: &str) -> String {
 }
 
 /// mcpd-style bare pods: skipped for downtime unless the policy allows it; then each is evicted
-/// (policy/v1beta1 on this server, picked by discovery) and recreated under its name with a new
+/// through policy/v1 and recreated under its name with a new
 /// UID, the second eviction only after the first pod's replacement was Ready.
 #[tokio::test]
 async fn bare_pods_are_evicted_one_at_a_time() {
@@ -346,7 +346,7 @@ async fn bare_pods_are_evicted_one_at_a_time() {
         assert_eq!(run.row(name)["method"], "evict");
         assert!(
             run.stderr
-                .contains(&format!("evicting pod {name} (policy/v1beta1)")),
+                .contains(&format!("evicting pod {name} (policy/v1)")),
             "{}",
             run.stderr
         );
@@ -421,7 +421,7 @@ async fn pdb_refusals_are_retried_until_the_budget_allows_or_the_timeout() {
         .expect("owned ready");
     let pdb = |min: i32| {
         format!(
-            "apiVersion: policy/v1beta1\nkind: PodDisruptionBudget\nmetadata: {{name: owned, namespace: {n}}}\n\
+            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {{name: owned, namespace: {n}}}\n\
              spec: {{minAvailable: {min}, selector: {{matchLabels: {{app: owned}}}}}}\n"
         )
     };

@@ -112,7 +112,7 @@ async fn every_gate_skips_and_touches_nothing() {
     )
     .await;
     apply(&format!(
-        "apiVersion: policy/v1beta1\nkind: PodDisruptionBudget\nmetadata: {{name: guarded, namespace: {n}}}\n\
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {{name: guarded, namespace: {n}}}\n\
          spec: {{minAvailable: 2, selector: {{matchLabels: {{app: guarded}}}}}}\n"
     ));
     let mut job_pod = pod_template(&gate("batch"));

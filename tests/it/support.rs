@@ -360,8 +360,8 @@ pub fn audit_time(entry: &Value) -> DateTime<Utc> {
         .expect("audit timestamp")
 }
 
-/// `kubectl apply -f -` of a YAML (or JSON) document; for objects k8s-openapi has no type for
-/// on this server (policy/v1beta1) and for RBAC bundles.
+/// `kubectl apply -f -` of a YAML (or JSON) document, for PodDisruptionBudgets and RBAC bundles
+/// written as text.
 pub fn apply(manifest: &str) {
     use std::io::Write;
     let mut child = bouncer_testkit::kubectl()

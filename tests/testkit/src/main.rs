@@ -5,8 +5,8 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use bouncer_testkit::workloads::{McpServer, deployment, mcp_server, virtual_mcp_server};
 use bouncer_testkit::PodTemplateExt;
+use bouncer_testkit::workloads::{McpServer, deployment, mcp_server, virtual_mcp_server};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{ObjectMeta, PostParams};

@@ -167,12 +167,11 @@ pub trait PodTemplateExt: Sized {
     /// Sets the memory limit of every container and native sidecar (`None` removes it, for
     /// "no limit" cases).
     fn with_memory_limit(mut self, limit: Option<&str>) -> Self {
-        for c in self
-            .pod_template_mut()
-            .spec
-            .iter_mut()
-            .flat_map(|s| s.containers.iter_mut().chain(s.init_containers.iter_mut().flatten()))
-        {
+        for c in self.pod_template_mut().spec.iter_mut().flat_map(|s| {
+            s.containers
+                .iter_mut()
+                .chain(s.init_containers.iter_mut().flatten())
+        }) {
             let limits = c
                 .resources
                 .get_or_insert_with(Default::default)
@@ -192,7 +191,9 @@ pub trait PodTemplateExt: Sized {
         if let Some(spec) = self.pod_template_mut().spec.as_mut() {
             let mut sidecar = container(name);
             sidecar.restart_policy = Some("Always".to_string());
-            spec.init_containers.get_or_insert_with(Vec::new).push(sidecar);
+            spec.init_containers
+                .get_or_insert_with(Vec::new)
+                .push(sidecar);
         }
         self
     }
