@@ -174,8 +174,18 @@ async fn read_list<W: DeserializeOwned>(
     splitter.finish().map_err(kube::Error::SerdeError)
 }
 
-fn is_not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
+/// Why the metrics read failed, in the words an operator acts on.
+fn metrics_failure(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if s.code == 404 => "metrics.k8s.io is not served".into(),
+        kube::Error::Api(s) if s.code == 503 => {
+            "metrics.k8s.io answered 503 service unavailable (is metrics-server running?)".into()
+        }
+        kube::Error::Api(s) if s.code == 403 => {
+            format!("listing pod metrics is forbidden: {}", s.message)
+        }
+        e => format!("listing pod metrics failed: {e}"),
+    }
 }
 
 /// PodDisruptionBudgets (policy/v1, served from v1.21: the oldest release bouncer supports).
@@ -214,7 +224,12 @@ fn excluded_namespace(n: wire::Namespace) -> Option<String> {
 
 /// Takes the snapshot. Metrics are optional (their failure is recorded, not fatal); every other
 /// read failing fails the snapshot, because a partial inventory could hide a reason to skip.
-pub async fn snapshot(client: &Client, scope: &[String]) -> Result<Inventory, ClusterError> {
+/// `metrics` is the client for metrics.k8s.io (one that does not retry: see `lib::client`).
+pub async fn snapshot(
+    client: &Client,
+    metrics_client: &Client,
+    scope: &[String],
+) -> Result<Inventory, ClusterError> {
     let wrap = |what: &'static str| move |source| ClusterError::List { what, source };
     let namespaces = async {
         let all = list::<Namespace, _, _>(client, &[], excluded_namespace)
@@ -223,16 +238,9 @@ pub async fn snapshot(client: &Client, scope: &[String]) -> Result<Inventory, Cl
         Ok::<_, ClusterError>(all.into_iter().flatten().collect::<BTreeSet<_>>())
     };
     let metrics = async {
-        match list::<PodMetrics, _, _>(client, scope, metrics_entry).await {
+        match list::<PodMetrics, _, _>(metrics_client, scope, metrics_entry).await {
             Ok(m) => (MetricsState::Available, m.into_iter().collect::<Usage>()),
-            Err(e) if is_not_found(&e) => (
-                MetricsState::Unavailable("metrics.k8s.io is not served".into()),
-                Usage::new(),
-            ),
-            Err(e) => (
-                MetricsState::Unavailable(format!("listing pod metrics failed: {e}")),
-                Usage::new(),
-            ),
+            Err(e) => (MetricsState::Unavailable(metrics_failure(&e)), Usage::new()),
         }
     };
     let (pods, rs, deployments, statefulsets, daemonsets, pdbs, excluded, (metrics, usage)) = futures::join!(

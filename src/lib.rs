@@ -117,7 +117,9 @@ pub async fn main(cli: Cli, env: Env, host: String) -> ExitStatus {
     }
 }
 
-async fn client(context: Option<&str>) -> Result<(Client, String), ClusterError> {
+/// The client for everything, and one for metrics.k8s.io without kube's retries: metrics are
+/// optional, and kube retries a 503 (metrics-server down) for minutes before it answers.
+async fn client(context: Option<&str>) -> Result<(Client, Client, String), ClusterError> {
     let options = kube::config::KubeConfigOptions {
         context: context.map(str::to_string),
         ..Default::default()
@@ -137,8 +139,11 @@ async fn client(context: Option<&str>) -> Result<(Client, String), ClusterError>
         http::HeaderValue::from_static(USER_AGENT),
     ));
     let namespace = config.default_namespace.clone();
+    let mut once = config.clone();
+    once.default_retry = false;
     let client = Client::try_from(config).map_err(ClusterError::Connect)?;
-    Ok((client, namespace))
+    let metrics = Client::try_from(once).map_err(ClusterError::Connect)?;
+    Ok((client, metrics, namespace))
 }
 
 async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus {
@@ -154,7 +159,7 @@ async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus
         eprintln!("bouncer: {e}");
         ExitStatus::Cluster
     };
-    let (client, default_ns) = match client(settings.context.as_deref()).await {
+    let (client, metrics, default_ns) = match client(settings.context.as_deref()).await {
         Ok(c) => c,
         Err(e) => return cluster_failed(e),
     };
@@ -188,7 +193,7 @@ async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus
         }
     }
 
-    let status = run_locked(settings, mode, &client, &policies, stop_rx).await;
+    let status = run_locked(settings, mode, &client, &metrics, &policies, stop_rx).await;
     if let Some(guard) = lease {
         guard.release().await;
     }
@@ -200,10 +205,11 @@ async fn run_locked(
     settings: &Settings,
     mode: Mode,
     client: &Client,
+    metrics: &Client,
     policies: &[policy::Policy],
     stop: watch::Receiver<execute::Stop>,
 ) -> ExitStatus {
-    let inventory = match inventory::snapshot(client, &settings.namespaces).await {
+    let inventory = match inventory::snapshot(client, metrics, &settings.namespaces).await {
         Ok(i) => i,
         Err(e) => {
             eprintln!("bouncer: {e}");
