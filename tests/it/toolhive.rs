@@ -408,3 +408,149 @@ async fn toolhive_mcp_server_bounced_on_memory_by_its_operator_labels() {
         bounced["durationSeconds"]
     );
 }
+
+/// The MCPServer's own restart annotation on the resource, the operator's answer to "restart my
+/// server", is the candidate for a `restart.method: toolhive`. This records what the operator of
+/// `version` makes of it: whether its proxy Deployment's pod template ever carried the restart
+/// (the operator copies it there), whether it still does once the operator settled, and whether
+/// the proxy pods were replaced.
+async fn mcp_server_cr_restart(version: &str, area: &str) -> (bool, Option<String>, bool) {
+    use futures::StreamExt;
+    use k8s_openapi::api::apps::v1::Deployment as Dep;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    const KEY: &str = "mcpserver.toolhive.stacklok.dev/restarted-at";
+    const PROCESSED: &str = "mcpserver.toolhive.stacklok.dev/last-processed-restart";
+    let client = client().await;
+    let ns = TestNs::new(&client, area).await;
+    let n = ns.name();
+    let operator = ToolHiveOperator::start(version, n)
+        .await
+        .unwrap_or_else(|e| panic!("operator {version}: {e:#}"));
+    or_log(mcp_group(&client, n, "tools").await, &operator);
+    or_log(
+        mcp_server(&client, n, "fetch", "tools", &BTreeMap::new()).await,
+        &operator,
+    );
+    // v0.45.0 bounces a proxy whose backend StatefulSet is missing: create it first.
+    let sts = apply_runner_statefulset(&client, n, "fetch", &BTreeMap::new(), "512Mi").await;
+    or_log(sts, &operator);
+    let ready = wait_rollout_complete(&client, Kind::Deployment, n, "fetch", READY).await;
+    or_log(ready, &operator);
+    let proxy_pods = "app.kubernetes.io/instance=fetch";
+    let before = pod_uids(&client, n, proxy_pods).await;
+
+    let seen = Arc::new(AtomicBool::new(false));
+    let api = kube::Api::<Dep>::namespaced(client.clone(), n);
+    let watch = {
+        let seen = seen.clone();
+        let api = api.clone();
+        let (started, watching) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut started = Some(started);
+            let mut stream = std::pin::pin!(kube::runtime::watcher::watch_object(api, "fetch"));
+            while let Some(Ok(d)) = stream.next().await {
+                if d.as_ref().and_then(template_value(KEY)).is_some() {
+                    seen.store(true, Ordering::SeqCst);
+                }
+                if let Some(tx) = started.take() {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        // The watch must be running before the restart: the revert may follow within ms.
+        watching.await.expect("the watch started");
+        task
+    };
+    let at = Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let out = kubectl()
+        .args([
+            "-n",
+            n,
+            "annotate",
+            "mcpserver.toolhive.stacklok.dev",
+            "fetch",
+        ])
+        .arg(format!("{KEY}={at}"))
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The operator marks the request processed right after acting on it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let cr = bouncer_testkit::toolhive::get_resource(&client, n, "MCPServer", "fetch").await;
+        if or_log(cr, &operator)["metadata"]["annotations"][PROCESSED] == at.as_str() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "operator {version} did not process the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Let the follow-up reconcile (it requeues after a restart) and the rollout settle.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let done = wait_rollout_complete(&client, Kind::Deployment, n, "fetch", READY).await;
+    or_log(done, &operator);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    watch.abort();
+    let now = api.get("fetch").await.expect("get deployment");
+    let after = pod_uids(&client, n, proxy_pods).await;
+    let replaced = after.iter().all(|u| !before.contains(u));
+    (
+        seen.load(Ordering::SeqCst),
+        template_value(KEY)(&now),
+        replaced,
+    )
+}
+
+fn template_value(
+    key: &'static str,
+) -> impl Fn(&k8s_openapi::api::apps::v1::Deployment) -> Option<String> {
+    move |d| {
+        d.spec
+            .as_ref()?
+            .template
+            .metadata
+            .as_ref()?
+            .annotations
+            .as_ref()?
+            .get(key)
+            .cloned()
+    }
+}
+
+/// v0.44.0 undoes its own MCPServer restart like kubectl's: its next reconcile compares the
+/// template's annotations with `maps.Equal` and removes the restart it just wrote. So a
+/// `restart.method: toolhive` would not help on the version that needs help.
+#[tokio::test]
+async fn toolhive_v0_44_undoes_its_own_mcp_server_restart() {
+    let (seen, now, replaced) = mcp_server_cr_restart(TOOLHIVE_REVERTING, "th-cr-old").await;
+    eprintln!(
+        "toolhive {TOOLHIVE_REVERTING}: CR restart in the template: seen {seen}, now {now:?}, pods replaced {replaced}"
+    );
+    assert!(
+        seen,
+        "the operator copied the restart into the pod template"
+    );
+    assert_eq!(now, None, "and then removed it again");
+}
+
+/// v0.45.0 keeps its own MCPServer restart (its drift check became a subset check).
+#[tokio::test]
+async fn toolhive_v0_45_keeps_its_own_mcp_server_restart() {
+    let (seen, now, replaced) = mcp_server_cr_restart(TOOLHIVE_FIXED, "th-cr-new").await;
+    eprintln!(
+        "toolhive {TOOLHIVE_FIXED}: CR restart in the template: seen {seen}, now {now:?}, pods replaced {replaced}"
+    );
+    assert!(
+        seen && now.is_some(),
+        "the restart stays in the pod template"
+    );
+    assert!(replaced, "every proxy pod was replaced");
+}
