@@ -188,6 +188,17 @@ fn report(run: &Bounced) -> String {
     format!("stderr: {}\nreport: {:#}", run.stderr, run.report)
 }
 
+/// `bouncer run` that also writes the table report, printed for the README's real examples.
+async fn run_with_table(policies: &Policies, ns: &str, title: &str) -> Bounced {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let table = dir.path().join("report.txt");
+    let path = table.to_string_lossy().to_string();
+    let run = bouncer(&["run", "--report", &path], policies, ns).await;
+    let text = std::fs::read_to_string(&table).unwrap_or_default();
+    eprintln!("{title}: table report\n{text}");
+    run
+}
+
 /// ToolHive v0.44.0: the vMCP's bounce is reverted by the operator, which the report and the
 /// BounceReverted Event name as found in managedFields; `onRevert: evict` then replaces both
 /// pods, one at a time.
@@ -200,7 +211,7 @@ async fn toolhive_v0_44_reverts_the_vmcp_bounce_and_bouncer_evicts() {
     let before = pod_uids(&client, n, VMCP_PODS).await;
     let mark = audit_mark();
 
-    let run = bouncer(&["run"], &policies, n).await;
+    let run = run_with_table(&policies, n, TOOLHIVE_REVERTING).await;
     assert_eq!(run.code, 0, "{}", report(&run));
     assert_eq!(
         run.queue(),
@@ -272,7 +283,7 @@ async fn toolhive_v0_45_keeps_the_vmcp_bounce() {
     let before = pod_uids(&client, n, VMCP_PODS).await;
     let mark = audit_mark();
 
-    let run = bouncer(&["run"], &policies, n).await;
+    let run = run_with_table(&policies, n, TOOLHIVE_FIXED).await;
     assert_eq!(run.code, 0, "{}", report(&run));
     assert_eq!(run.bounced(), [VMCP], "{}", report(&run));
     assert!(operator.is_running(), "the operator survived");
