@@ -9,3 +9,4 @@ mod metrics;
 mod revert;
 mod safety;
 mod support;
+mod toolhive;

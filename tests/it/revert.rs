@@ -117,7 +117,7 @@ async fn reverted_restart_fails_and_names_the_operator() {
 }
 
 /// Evictions of `pods` in `ns` that bouncer made since `mark`, oldest first (pod name, time).
-fn evictions(mark: u64, ns: &str) -> Vec<(String, DateTime<Utc>)> {
+pub(crate) fn evictions(mark: u64, ns: &str) -> Vec<(String, DateTime<Utc>)> {
     let log = audit_since(mark);
     audited(&log, "create", "pods/eviction", ns)
         .into_iter()
@@ -137,7 +137,7 @@ fn evictions(mark: u64, ns: &str) -> Vec<(String, DateTime<Utc>)> {
 
 /// One pod at a time: every eviction after the first came no earlier than the moment a
 /// replacement created after the previous eviction was Ready (the server's whole seconds).
-fn assert_one_at_a_time(evicted: &[(String, DateTime<Utc>)], now: &[Pod]) {
+pub(crate) fn assert_one_at_a_time(evicted: &[(String, DateTime<Utc>)], now: &[Pod]) {
     for pair in evicted.windows(2) {
         let (previous, next) = (pair[0].1, pair[1].1);
         let created_after = |p: &&Pod| {

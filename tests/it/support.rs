@@ -322,6 +322,18 @@ pub fn audit_mark() -> Option<u64> {
 
 /// Completed requests bouncer's user agent made after `mark`, as the audit log records them.
 pub fn audit_since(mark: u64) -> Vec<Value> {
+    audit_all_since(mark)
+        .into_iter()
+        .filter(|e| {
+            e["userAgent"]
+                .as_str()
+                .is_some_and(|ua| ua.starts_with("bouncer/"))
+        })
+        .collect()
+}
+
+/// Completed requests of every client after `mark`, as the audit log records them.
+pub fn audit_all_since(mark: u64) -> Vec<Value> {
     use std::io::{Read, Seek, SeekFrom};
     let mut file = std::fs::File::open(audit_log().expect("audit log")).expect("open audit log");
     file.seek(SeekFrom::Start(mark)).expect("seek audit log");
@@ -330,11 +342,6 @@ pub fn audit_since(mark: u64) -> Vec<Value> {
     text.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| e["stage"] == "ResponseComplete")
-        .filter(|e| {
-            e["userAgent"]
-                .as_str()
-                .is_some_and(|ua| ua.starts_with("bouncer/"))
-        })
         .collect()
 }
 

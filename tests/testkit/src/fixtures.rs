@@ -38,6 +38,13 @@ pub enum RevertMode {
 }
 
 /// An operator owning one Deployment whose pod-template annotations it keeps at a desired set.
+///
+/// The ToolHive claims are proven on the real operator ([`crate::toolhive`]). This look-alike
+/// stays where the real one would only make a test slower without showing more: it needs no
+/// CRDs (so its tests run in parallel, where the real operator's run one at a time), its pods
+/// stop in 2 s (the real vMCP's take their 30 s grace period per eviction), and it reverts any
+/// Deployment a test builds, e.g. one guarded by a PodDisruptionBudget or queued before a plain
+/// workload to show a revert halting the run.
 pub struct RevertingOperator;
 
 impl RevertingOperator {

@@ -14,6 +14,8 @@
 //!   (an operator that undoes template changes, and an app that recreates bare pods by name).
 //! - [`workloads`]: builders for small, schedulable workloads and ToolHive-shaped ones.
 //! - [`rollout`]: kubectl's rollout-completion rules and watch-based waits for assertions.
+//! - [`toolhive`]: the real ToolHive operator (pinned releases, one process per test namespace)
+//!   and the resources it reconciles; `RevertingOperator` stays only for cases it cannot show.
 //!
 //! Setup helpers (`cluster`, `client`, `TestNs::new`) panic with a clear message, because a test
 //! cannot do anything useful without them; operations return `anyhow::Result`.
@@ -48,14 +50,16 @@ pub mod cluster;
 pub mod fixtures;
 pub mod metrics;
 pub mod rollout;
+pub mod toolhive;
 pub mod workloads;
 
-pub use cluster::{Cluster, TestNs, client, cluster, kubectl};
+pub use cluster::{Cluster, TestNs, client, cluster, kubectl, repo_root};
 pub use fixtures::{BarePodApp, RevertMode, RevertingOperator};
 pub use metrics::{PodMemory, model_usage, parse_quantity, pod_memory, wait_pod_memory};
 pub use rollout::{
     Kind, rollout_restart_patch, wait_pod_replaced, wait_pods_ready, wait_rollout_complete,
 };
+pub use toolhive::{TOOLHIVE_FIXED, TOOLHIVE_REVERTING, ToolHiveOperator};
 pub use workloads::{
     McpServer, PodTemplateExt, create, daemonset, deployment, mcp_server, pod_template,
     statefulset, virtual_mcp_server,

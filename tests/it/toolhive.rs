@@ -1,0 +1,567 @@
+//! The real ToolHive operator: v0.44.0, which reverts `restartedAt`, and v0.45.0, the first
+//! release that keeps it, reconciling real MCPGroup / VirtualMCPServer / MCPServer resources,
+//! bounced with the example policies in `policies/`.
+//!
+//! The policies are adapted in their namespace and their cooldown only: a production cooldown
+//! (hours) counts from the oldest pod's start and would hold back these minutes-old pods, as
+//! `scripts/demo` explains. The nightly schedule cannot fire during a test; the policies' memory
+//! triggers do, from the memory model's pod annotations.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bouncer_testkit::toolhive::{
+    apply_runner_statefulset, mcp_group, mcp_server, virtual_mcp_server,
+};
+use bouncer_testkit::{
+    Kind, MEMORY_BASE, TOOLHIVE_FIXED, TOOLHIVE_REVERTING, TestNs, ToolHiveOperator, client,
+    kubectl, repo_root, wait_pod_memory, wait_pods_ready, wait_rollout_complete,
+};
+use chrono::{DateTime, Utc};
+use kube::Client;
+use serde_json::Value;
+
+use crate::revert::{assert_one_at_a_time, evictions};
+use crate::support::{
+    Bounced, Policies, audit_all_since, audit_mark, audit_since, audit_time, audited, bouncer,
+    bouncer_events, deployment, pod_uids, restarted_at_of,
+};
+
+const READY: Duration = Duration::from_secs(180);
+const VMCP: &str = "vmcp-main";
+const VMCP_PODS: &str = "app.kubernetes.io/instance=vmcp-main";
+const MI: u64 = 1 << 20;
+
+/// `policies/<file>` with its namespace list and cooldown replaced (see the module comment);
+/// panics if the file no longer has them, so the test cannot drift from the example silently.
+fn example_policy(file: &str, from_ns: &str, ns: &str) -> String {
+    let text = std::fs::read_to_string(repo_root().join("policies").join(file))
+        .unwrap_or_else(|e| panic!("reading policies/{file}: {e}"));
+    let from = format!("namespaces: [{from_ns}]");
+    assert!(text.contains(&from), "policies/{file} has no `{from}`");
+    let text = text.replace(&from, &format!("namespaces: [{ns}]"));
+    let cooldown: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("  cooldown: "))
+        .collect();
+    assert_eq!(cooldown.len(), 1, "policies/{file}: one spec.cooldown");
+    text.replace(cooldown[0], "  cooldown: 1s")
+}
+
+/// Sets the memory model's base on running pods (the model reads pod annotations on every
+/// scrape), without touching the pod template the operator owns.
+fn set_pod_memory(ns: &str, pods: &[k8s_openapi::api::core::v1::Pod], base: &str) {
+    for p in pods {
+        let name = p.metadata.name.as_deref().expect("pod name");
+        let out = kubectl()
+            .args(["-n", ns, "annotate", "pod", name, "--overwrite"])
+            .arg(format!("{MEMORY_BASE}={base}"))
+            .output()
+            .expect("kubectl runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+async fn wait_over(
+    client: &Client,
+    ns: &str,
+    pods: &[k8s_openapi::api::core::v1::Pod],
+    bytes: u64,
+) {
+    for p in pods {
+        let name = p.metadata.name.as_deref().expect("pod name");
+        wait_pod_memory(client, ns, name, READY, |m| {
+            m.is_some_and(|m| m.bytes > bytes)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+}
+
+/// Panics with the operator's log tail when `result` failed.
+fn or_log<T>(result: anyhow::Result<T>, operator: &ToolHiveOperator) -> T {
+    result.unwrap_or_else(|e| {
+        let log = operator.log();
+        let tail: Vec<&str> = log.lines().rev().take(25).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        panic!(
+            "{e:#}\noperator {} log tail:\n{}",
+            operator.version(),
+            tail.join("\n")
+        )
+    })
+}
+
+/// An operator of `version` for `ns` and the VirtualMCPServer `vmcp-main` (2 replicas, group
+/// `main`), its pods over the vmcp-nightly policy's 1536Mi, and that policy.
+async fn vmcp_over_threshold(
+    client: &Client,
+    ns: &str,
+    version: &str,
+) -> (ToolHiveOperator, Policies) {
+    let operator = ToolHiveOperator::start(version, ns)
+        .await
+        .unwrap_or_else(|e| panic!("operator {version}: {e:#}"));
+    or_log(mcp_group(client, ns, "main").await, &operator);
+    or_log(
+        virtual_mcp_server(client, ns, VMCP, "main", 2).await,
+        &operator,
+    );
+    let ready = wait_rollout_complete(client, Kind::Deployment, ns, VMCP, READY).await;
+    or_log(ready, &operator);
+    let pods = or_log(
+        wait_pods_ready(client, ns, VMCP_PODS, 2, READY).await,
+        &operator,
+    );
+    set_pod_memory(ns, &pods, "1600Mi");
+    wait_over(client, ns, &pods, 1536 * MI).await;
+    let policy = example_policy("vmcp-nightly.yaml", "toolhive-system", ns);
+    (operator, Policies::new(&[("vmcp-nightly.yaml", &policy)]))
+}
+
+/// Field managers other than bouncer and kube-controller-manager that own part of the
+/// Deployment's pod-template annotations, read from its managedFields.
+async fn template_annotation_owners(client: &Client, ns: &str, name: &str) -> Vec<String> {
+    let d = deployment(client, ns, name).await;
+    let mut owners: Vec<String> = d
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|e| {
+            let f = e.fields_v1.as_ref().map(|f| &f.0);
+            f.and_then(|f| f.pointer("/f:spec/f:template/f:metadata/f:annotations"))
+                .is_some()
+        })
+        .filter_map(|e| e.manager.clone())
+        .filter(|m| m != "bouncer" && m != "kube-controller-manager")
+        .collect();
+    owners.sort();
+    owners.dedup();
+    owners
+}
+
+/// How long after bouncer's patch of deployment `name` another client (not a built-in
+/// controller) wrote it, from the audit log: (milliseconds, user agent).
+fn rewrite_after_patch(mark: u64, ns: &str, name: &str) -> Option<(i64, String)> {
+    let log = audit_all_since(mark);
+    let writes: Vec<&Value> = audited(&log, "patch", "deployments", ns)
+        .into_iter()
+        .chain(audited(&log, "update", "deployments", ns))
+        .filter(|e| e["objectRef"]["name"] == name)
+        .collect();
+    let is_bouncer = |e: &Value| {
+        e["userAgent"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("bouncer/"))
+    };
+    let patched: DateTime<Utc> = writes
+        .iter()
+        .filter(|e| is_bouncer(e))
+        .map(|e| audit_time(e))
+        .min()?;
+    writes
+        .iter()
+        .filter(|e| !is_bouncer(e))
+        .filter(|e| {
+            !e["userAgent"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("kube-controller-manager")
+        })
+        .map(|e| {
+            (
+                audit_time(e),
+                e["userAgent"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .filter(|(t, _)| *t >= patched)
+        .min()
+        .map(|(t, ua)| ((t - patched).num_milliseconds(), ua))
+}
+
+fn report(run: &Bounced) -> String {
+    format!("stderr: {}\nreport: {:#}", run.stderr, run.report)
+}
+
+/// `bouncer run` that also writes the table report, printed for the README's real examples.
+async fn run_with_table(policies: &Policies, ns: &str, title: &str) -> Bounced {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let table = dir.path().join("report.txt");
+    let path = table.to_string_lossy().to_string();
+    let run = bouncer(&["run", "--report", &path], policies, ns).await;
+    let text = std::fs::read_to_string(&table).unwrap_or_default();
+    eprintln!("{title}: table report\n{text}");
+    run
+}
+
+/// ToolHive v0.44.0: the vMCP's bounce is reverted by the operator, which the report and the
+/// BounceReverted Event name as found in managedFields; `onRevert: evict` then replaces both
+/// pods, one at a time.
+#[tokio::test]
+async fn toolhive_v0_44_reverts_the_vmcp_bounce_and_bouncer_evicts() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "th-revert").await;
+    let n = ns.name();
+    let (mut operator, policies) = vmcp_over_threshold(&client, n, TOOLHIVE_REVERTING).await;
+    let before = pod_uids(&client, n, VMCP_PODS).await;
+    let mark = audit_mark();
+
+    let run = run_with_table(&policies, n, TOOLHIVE_REVERTING).await;
+    assert_eq!(run.code, 0, "{}", report(&run));
+    assert_eq!(
+        run.queue(),
+        [(VMCP.to_string(), "revertedEvicted".to_string())],
+        "{}",
+        report(&run)
+    );
+    assert!(operator.is_running(), "the operator survived");
+    let owners = template_annotation_owners(&client, n, VMCP).await;
+    assert_eq!(
+        owners.len(),
+        1,
+        "one operator owns the template annotations: {owners:?}"
+    );
+    let manager = &owners[0];
+    let row = run.row(VMCP);
+    assert!(
+        row["reason"].as_str().unwrap().contains(manager.as_str()),
+        "the report names {manager}: {row:#}"
+    );
+    let events = bouncer_events(&client, n, VMCP, "BounceReverted").await;
+    assert_eq!(events.len(), 1, "one BounceReverted Event");
+    assert!(
+        events[0]
+            .note
+            .as_deref()
+            .unwrap()
+            .contains(manager.as_str()),
+        "the Event names {manager}: {:?}",
+        events[0].note
+    );
+    assert_eq!(
+        restarted_at_of(&client, n, VMCP).await,
+        None,
+        "the revert stands"
+    );
+    let after = wait_pods_ready(&client, n, VMCP_PODS, 2, READY)
+        .await
+        .unwrap();
+    for p in &after {
+        assert!(
+            !before.contains(p.metadata.uid.as_ref().unwrap()),
+            "pod {:?} survived",
+            p.metadata.name
+        );
+    }
+    if let Some(mark) = mark {
+        let evicted = evictions(mark, n);
+        assert_eq!(evicted.len(), 2, "{evicted:?}");
+        assert_ne!(evicted[0].0, evicted[1].0, "two different pods evicted");
+        assert_one_at_a_time(&evicted, &after);
+        let (ms, agent) =
+            rewrite_after_patch(mark, n, VMCP).expect("the operator rewrote the Deployment");
+        eprintln!(
+            "toolhive {TOOLHIVE_REVERTING}: field manager {manager}; reverted {ms} ms after the patch \
+             (user agent {agent}); bounce {}s: {}",
+            row["durationSeconds"], row["reason"]
+        );
+    }
+}
+
+/// ToolHive v0.45.0 keeps `restartedAt`: the same bounce sticks and is verified, with one patch.
+#[tokio::test]
+async fn toolhive_v0_45_keeps_the_vmcp_bounce() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "th-fixed").await;
+    let n = ns.name();
+    let (mut operator, policies) = vmcp_over_threshold(&client, n, TOOLHIVE_FIXED).await;
+    let before = pod_uids(&client, n, VMCP_PODS).await;
+    let mark = audit_mark();
+
+    let run = run_with_table(&policies, n, TOOLHIVE_FIXED).await;
+    assert_eq!(run.code, 0, "{}", report(&run));
+    assert_eq!(run.bounced(), [VMCP], "{}", report(&run));
+    assert!(operator.is_running(), "the operator survived");
+    let row = run.row(VMCP);
+    assert!(
+        row["verification"]
+            .as_str()
+            .unwrap()
+            .starts_with("restartedAt intact, 2/2 pods new"),
+        "{row:#}"
+    );
+    assert_eq!(
+        restarted_at_of(&client, n, VMCP).await.as_deref(),
+        row["patchedAt"].as_str()
+    );
+    let after = pod_uids(&client, n, VMCP_PODS).await;
+    assert!(
+        after.iter().all(|u| !before.contains(u)),
+        "{before:?} -> {after:?}"
+    );
+    assert_eq!(bouncer_events(&client, n, VMCP, "Bounced").await.len(), 1);
+    assert!(
+        bouncer_events(&client, n, VMCP, "BounceReverted")
+            .await
+            .is_empty()
+    );
+    if let Some(mark) = mark {
+        let log = audit_since(mark);
+        assert_eq!(
+            audited(&log, "patch", "deployments", n).len(),
+            1,
+            "exactly one patch"
+        );
+        assert!(evictions(mark, n).is_empty(), "nothing evicted");
+        eprintln!(
+            "toolhive {TOOLHIVE_FIXED}: bounce verified in {}s; operator write after the patch: {:?}",
+            row["durationSeconds"],
+            rewrite_after_patch(mark, n, VMCP)
+        );
+    }
+}
+
+fn row_of<'a>(run: &'a Bounced, kind: &str, name: &str) -> &'a Value {
+    run.rows()
+        .into_iter()
+        .find(|r| r["workload"]["kind"] == kind && r["workload"]["name"] == name)
+        .unwrap_or_else(|| panic!("no row for {kind} {name}: {}", report(run)))
+}
+
+/// The mcp-servers-memory policy selects an MCPServer's proxy pods by the labels the operator
+/// puts on them (`toolhive`, `toolhive-name`) and the backend StatefulSet's by the runner's, and
+/// bounces only the workload over 85% of its limit.
+#[tokio::test]
+async fn toolhive_mcp_server_bounced_on_memory_by_its_operator_labels() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "th-memory").await;
+    let n = ns.name();
+    let operator = ToolHiveOperator::start(TOOLHIVE_FIXED, n)
+        .await
+        .unwrap_or_else(|e| panic!("operator: {e:#}"));
+    or_log(mcp_group(&client, n, "tools").await, &operator);
+    let base = |q: &str| BTreeMap::from([(MEMORY_BASE.to_string(), q.to_string())]);
+    // 470Mi of a 512Mi limit is 92%, over the policy's 85%; 40Mi is not.
+    or_log(
+        mcp_server(&client, n, "fetch", "tools", &base("470Mi")).await,
+        &operator,
+    );
+    or_log(
+        mcp_server(&client, n, "github", "tools", &base("40Mi")).await,
+        &operator,
+    );
+    for name in ["fetch", "github"] {
+        let sts = apply_runner_statefulset(&client, n, name, &base("40Mi"), "512Mi").await;
+        or_log(sts, &operator);
+    }
+    for (kind, name) in [
+        (Kind::Deployment, "fetch"),
+        (Kind::Deployment, "github"),
+        (Kind::StatefulSet, "fetch"),
+        (Kind::StatefulSet, "github"),
+    ] {
+        or_log(
+            wait_rollout_complete(&client, kind, n, name, READY).await,
+            &operator,
+        );
+    }
+    let proxy = or_log(
+        wait_pods_ready(
+            &client,
+            n,
+            "app.kubernetes.io/instance=fetch,toolhive-name=fetch",
+            1,
+            READY,
+        )
+        .await,
+        &operator,
+    );
+    let labels = proxy[0].metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        (
+            labels.get("toolhive").map(String::as_str),
+            labels.get("app.kubernetes.io/name").map(String::as_str)
+        ),
+        (Some("true"), Some("mcpserver")),
+        "the operator labels the proxy pods: {labels:?}"
+    );
+    wait_over(&client, n, &proxy, 512 * MI * 85 / 100).await;
+    let policy = example_policy("mcp-servers-memory.yaml", "toolhive", n);
+    let policies = Policies::new(&[("mcp-servers-memory.yaml", &policy)]);
+    let before = pod_uids(&client, n, "app.kubernetes.io/instance=fetch").await;
+
+    let run = bouncer(&["run"], &policies, n).await;
+    assert_eq!(run.code, 0, "{}", report(&run));
+    assert_eq!(run.bounced(), ["fetch"], "{}", report(&run));
+    let bounced = row_of(&run, "Deployment", "fetch");
+    assert_eq!(bounced["decision"], "bounced", "{bounced:#}");
+    assert_eq!(bounced["triggers"][0]["type"], "memory", "{bounced:#}");
+    for (kind, name) in [
+        ("StatefulSet", "fetch"),
+        ("Deployment", "github"),
+        ("StatefulSet", "github"),
+    ] {
+        let row = row_of(&run, kind, name);
+        assert_eq!(row["decision"], "skip", "{kind} {name} is not due: {row:#}");
+    }
+    let after = pod_uids(&client, n, "app.kubernetes.io/instance=fetch").await;
+    assert!(
+        after.iter().all(|u| !before.contains(u)),
+        "{before:?} -> {after:?}"
+    );
+    eprintln!(
+        "toolhive {TOOLHIVE_FIXED}: MCPServer proxy bounced on memory in {}s",
+        bounced["durationSeconds"]
+    );
+}
+
+/// The MCPServer's own restart annotation on the resource, the operator's answer to "restart my
+/// server", is the candidate for a `restart.method: toolhive`. This records what the operator of
+/// `version` makes of it: whether its proxy Deployment's pod template ever carried the restart
+/// (the operator copies it there), whether it still does once the operator settled, and whether
+/// the proxy pods were replaced.
+async fn mcp_server_cr_restart(version: &str, area: &str) -> (bool, Option<String>, bool) {
+    use futures::StreamExt;
+    use k8s_openapi::api::apps::v1::Deployment as Dep;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    const KEY: &str = "mcpserver.toolhive.stacklok.dev/restarted-at";
+    const PROCESSED: &str = "mcpserver.toolhive.stacklok.dev/last-processed-restart";
+    let client = client().await;
+    let ns = TestNs::new(&client, area).await;
+    let n = ns.name();
+    let operator = ToolHiveOperator::start(version, n)
+        .await
+        .unwrap_or_else(|e| panic!("operator {version}: {e:#}"));
+    or_log(mcp_group(&client, n, "tools").await, &operator);
+    or_log(
+        mcp_server(&client, n, "fetch", "tools", &BTreeMap::new()).await,
+        &operator,
+    );
+    // v0.45.0 bounces a proxy whose backend StatefulSet is missing: create it first.
+    let sts = apply_runner_statefulset(&client, n, "fetch", &BTreeMap::new(), "512Mi").await;
+    or_log(sts, &operator);
+    let ready = wait_rollout_complete(&client, Kind::Deployment, n, "fetch", READY).await;
+    or_log(ready, &operator);
+    let proxy_pods = "app.kubernetes.io/instance=fetch";
+    let before = pod_uids(&client, n, proxy_pods).await;
+
+    let seen = Arc::new(AtomicBool::new(false));
+    let api = kube::Api::<Dep>::namespaced(client.clone(), n);
+    let watch = {
+        let seen = seen.clone();
+        let api = api.clone();
+        let (started, watching) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut started = Some(started);
+            let mut stream = std::pin::pin!(kube::runtime::watcher::watch_object(api, "fetch"));
+            while let Some(Ok(d)) = stream.next().await {
+                if d.as_ref().and_then(template_value(KEY)).is_some() {
+                    seen.store(true, Ordering::SeqCst);
+                }
+                if let Some(tx) = started.take() {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        // The watch must be running before the restart: the revert may follow within ms.
+        watching.await.expect("the watch started");
+        task
+    };
+    let at = Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let out = kubectl()
+        .args([
+            "-n",
+            n,
+            "annotate",
+            "mcpserver.toolhive.stacklok.dev",
+            "fetch",
+        ])
+        .arg(format!("{KEY}={at}"))
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The operator marks the request processed right after acting on it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let cr = bouncer_testkit::toolhive::get_resource(&client, n, "MCPServer", "fetch").await;
+        if or_log(cr, &operator)["metadata"]["annotations"][PROCESSED] == at.as_str() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "operator {version} did not process the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Let the follow-up reconcile (it requeues after a restart) and the rollout settle.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let done = wait_rollout_complete(&client, Kind::Deployment, n, "fetch", READY).await;
+    or_log(done, &operator);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    watch.abort();
+    let now = api.get("fetch").await.expect("get deployment");
+    let after = pod_uids(&client, n, proxy_pods).await;
+    let replaced = after.iter().all(|u| !before.contains(u));
+    (
+        seen.load(Ordering::SeqCst),
+        template_value(KEY)(&now),
+        replaced,
+    )
+}
+
+fn template_value(
+    key: &'static str,
+) -> impl Fn(&k8s_openapi::api::apps::v1::Deployment) -> Option<String> {
+    move |d| {
+        d.spec
+            .as_ref()?
+            .template
+            .metadata
+            .as_ref()?
+            .annotations
+            .as_ref()?
+            .get(key)
+            .cloned()
+    }
+}
+
+/// v0.44.0 undoes its own MCPServer restart like kubectl's: its next reconcile compares the
+/// template's annotations with `maps.Equal` and removes the restart it just wrote. So a
+/// `restart.method: toolhive` would not help on the version that needs help.
+#[tokio::test]
+async fn toolhive_v0_44_undoes_its_own_mcp_server_restart() {
+    let (seen, now, replaced) = mcp_server_cr_restart(TOOLHIVE_REVERTING, "th-cr-old").await;
+    eprintln!(
+        "toolhive {TOOLHIVE_REVERTING}: CR restart in the template: seen {seen}, now {now:?}, pods replaced {replaced}"
+    );
+    assert!(
+        seen,
+        "the operator copied the restart into the pod template"
+    );
+    assert_eq!(now, None, "and then removed it again");
+}
+
+/// v0.45.0 keeps its own MCPServer restart (its drift check became a subset check).
+#[tokio::test]
+async fn toolhive_v0_45_keeps_its_own_mcp_server_restart() {
+    let (seen, now, replaced) = mcp_server_cr_restart(TOOLHIVE_FIXED, "th-cr-new").await;
+    eprintln!(
+        "toolhive {TOOLHIVE_FIXED}: CR restart in the template: seen {seen}, now {now:?}, pods replaced {replaced}"
+    );
+    assert!(
+        seen && now.is_some(),
+        "the restart stays in the pod template"
+    );
+    assert!(replaced, "every proxy pod was replaced");
+}
