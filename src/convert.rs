@@ -15,7 +15,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::consts::{MIRROR_ANNOTATION, PROGRESS_DEADLINE_EXCEEDED, RESTARTED_AT};
 use crate::model::{
-    ContainerSample, Kind, Pdb, PodSample, RolloutStatus, UpdateStrategy, Workload, WorkloadRef,
+    ContainerSample, Kind, Pdb, PodSample, RolloutStatus, StsRollingUpdate, UpdateStrategy,
+    Workload, WorkloadRef,
 };
 use crate::policy::{Operator, Requirement, Selector};
 use crate::quantity::parse_bytes;
@@ -164,10 +165,12 @@ impl From<wire::StatefulSet> for Workload {
         } else {
             UpdateStrategy::RollingUpdate
         };
-        w.status.partition = strategy
-            .rolling_update
-            .and_then(|r| r.partition)
-            .unwrap_or(0);
+        w.status.rolling_update = match strategy.rolling_update {
+            None => StsRollingUpdate::Unset,
+            Some(r) => StsRollingUpdate::Set {
+                partition: r.partition,
+            },
+        };
         // The StatefulSet controller replaces one pod at a time.
         w.min_ready_during_restart = desired - 1;
         w.status.desired = desired;

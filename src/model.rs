@@ -35,6 +35,10 @@ impl Kind {
         Kind::Pod,
     ];
 
+    /// The default of `spec.target.kinds`: a bare pod is bounced only when a policy lists `Pod`,
+    /// because evicting one that nothing recreates removes it for good.
+    pub const CONTROLLERS: [Kind; 3] = [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Deployment => "Deployment",
@@ -92,12 +96,34 @@ pub struct RolloutStatus {
     pub updated: i32,
     pub ready: i32,
     pub available: i32,
-    /// StatefulSet only.
-    pub partition: i32,
+    /// StatefulSet only: `spec.updateStrategy.rollingUpdate`, which kubectl's rule reads.
+    pub rolling_update: StsRollingUpdate,
     pub current_revision: Option<String>,
     pub update_revision: Option<String>,
     /// Deployment's Progressing condition has reason ProgressDeadlineExceeded.
     pub progress_deadline_exceeded: bool,
+}
+
+/// A StatefulSet's `spec.updateStrategy.rollingUpdate` as kubectl's completion rule tells its
+/// cases apart: absent, or present with or without a partition. API defaulting always sets it
+/// (partition 0) on a RollingUpdate StatefulSet; `Unset` is what other kinds carry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StsRollingUpdate {
+    #[default]
+    Unset,
+    Set {
+        partition: Option<i32>,
+    },
+}
+
+impl StsRollingUpdate {
+    /// Ordinals below this keep their pods through a template change (0: none are held).
+    pub fn partition(self) -> i32 {
+        match self {
+            StsRollingUpdate::Set { partition: Some(p) } => p.max(0),
+            _ => 0,
+        }
+    }
 }
 
 /// A workload with the pods the inventory grouped under it.

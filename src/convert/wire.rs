@@ -381,7 +381,7 @@ mod tests {
             ))
         );
         assert!(
-            s.contains("partition: 1") && s.contains("update_revision: Some(\"b\")"),
+            s.contains("partition: Some(1)") && s.contains("update_revision: Some(\"b\")"),
             "{s}"
         );
         let ds = debug(Workload::from(
