@@ -320,6 +320,24 @@ pub fn preflight(policy: &Policy, w: &Workload, pdbs: &[Pdb]) -> Result<Method, 
     if w.paused {
         return Err(SkipReason::Paused);
     }
+    // A held partition is an operator's staged rollout: restarting would roll only part of the
+    // workload, and the held pods would keep it due forever.
+    let partition = w.status.rolling_update.partition();
+    if w.target.kind == Kind::StatefulSet && partition > 0 {
+        return Err(SkipReason::Partitioned { partition });
+    }
+    // OnDelete workloads always look rolled out; their updated count tells whether every pod
+    // runs the current template. Evicting the others would deploy a change nobody rolled out.
+    if method == Method::Evict
+        && matches!(w.target.kind, Kind::StatefulSet | Kind::DaemonSet)
+        && (w.status.updated < w.status.desired
+            || w.status.generation > w.status.observed_generation)
+    {
+        return Err(SkipReason::PendingTemplate {
+            updated: w.status.updated,
+            desired: w.status.desired,
+        });
+    }
     if w.target.kind == Kind::Pod {
         let pod = &w.pods[0];
         if pod.deleting || !pod.ready {

@@ -442,3 +442,76 @@ fn unsupported_owners_and_unlisted_kinds_are_reported() {
         }
     );
 }
+
+/// An OnDelete StatefulSet of `n` pods (all at the current template unless changed).
+fn statefulset(name: &str, n: usize, strategy: UpdateStrategy) -> Workload {
+    let pods = (0..n)
+        .map(|i| pod(&format!("{name}-{i}"), "x", OLD, Some(900)))
+        .collect();
+    let mut s = deployment("a", name, "x", pods);
+    s.target.kind = Kind::StatefulSet;
+    s.strategy = strategy;
+    s.min_ready_during_restart = n as i32 - 1;
+    s
+}
+
+/// Issue 11, case 2: a policy that does not list `Pod` never evicts a bare pod, even with
+/// `allowDowntime: true` (nothing may recreate it).
+#[test]
+fn case2_bare_pods_only_when_listed() {
+    let text = "apiVersion: bouncer.dev/v1alpha1\nkind: BouncePolicy\nmetadata: {name: web}\nspec:\n  target: {selector: {matchLabels: {app: x}}}\n  triggers: {memory: {above: 512Mi}}\n  allowDowntime: true\n";
+    let parsed = crate::policy::parse_str("p.yaml", text).unwrap();
+    let mut orphan = deployment("a", "orphan", "x", vec![pod("orphan", "x", OLD, Some(900))]);
+    orphan.target.kind = Kind::Pod;
+    orphan.min_ready_during_restart = 0;
+    let plan = run(&parsed, &inventory(vec![orphan.clone()]));
+    assert!(plan.bounces.is_empty(), "{:?}", names(&plan));
+    assert_eq!(reason_of(&plan, "orphan").code(), "kindNotSelected");
+    let mut listed = parsed[0].clone();
+    listed.kinds.push(Kind::Pod);
+    assert_eq!(names(&run(&[listed], &inventory(vec![orphan]))), ["orphan"]);
+}
+
+/// Issue 11, case 3: eviction never rolls out a template change nobody has rolled out yet.
+#[test]
+fn case3_pending_template_is_not_rolled_out_by_eviction() {
+    let mut sts = statefulset("db", 3, UpdateStrategy::OnDelete);
+    sts.status.updated = 1;
+    let mut ds = statefulset("agent", 2, UpdateStrategy::OnDelete);
+    ds.target.kind = Kind::DaemonSet;
+    ds.status.updated = 0;
+    let current = statefulset("ok", 2, UpdateStrategy::OnDelete);
+    let plan = run(
+        &[over(policy("m", "x"), 512)],
+        &inventory(vec![sts, ds, current]),
+    );
+    assert_eq!(names(&plan), ["ok"]);
+    for name in ["db", "agent"] {
+        let reason = reason_of(&plan, name);
+        assert_eq!(reason.code(), "pendingTemplate", "{name}: {reason}");
+        assert!(reason.to_string().contains("current template"), "{reason}");
+    }
+}
+
+/// Issue 11, case 4 (planning): a partitioned StatefulSet is skipped with a reason, never
+/// patched (the patch would roll only ordinals >= partition and leave the rest old forever).
+#[test]
+fn case4_partition_is_skipped_with_a_reason() {
+    let mut part = statefulset("db", 3, UpdateStrategy::RollingUpdate);
+    let json = serde_json::json!({
+        "metadata": {"name": "db", "namespace": "a", "generation": 1},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "x"}},
+                 "template": {"metadata": {"labels": {"app": "x"}}},
+                 "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 2}}},
+        "status": {"observedGeneration": 1, "replicas": 3, "readyReplicas": 3, "availableReplicas": 3,
+                   "updatedReplicas": 3, "currentRevision": "r1", "updateRevision": "r1"}
+    });
+    let served =
+        Workload::from(serde_json::from_value::<crate::convert::wire::StatefulSet>(json).unwrap());
+    part.status = served.status;
+    let plan = run(&[over(policy("m", "x"), 512)], &inventory(vec![part]));
+    assert!(plan.bounces.is_empty(), "{:?}", names(&plan));
+    let reason = reason_of(&plan, "db");
+    assert_eq!(reason.code(), "partitioned", "{reason}");
+    assert!(reason.to_string().contains("partition 2"), "{reason}");
+}

@@ -85,6 +85,17 @@ pub enum SkipReason {
         desired: i32,
     },
     OnDelete,
+    /// An OnDelete StatefulSet/DaemonSet whose pods are not all at its current template:
+    /// evicting them would deploy a template change nobody has rolled out yet.
+    PendingTemplate {
+        updated: i32,
+        desired: i32,
+    },
+    /// A StatefulSet with `rollingUpdate.partition > 0`: a restart would roll only the ordinals
+    /// at or above it and leave the held ones old (due again at every run).
+    Partitioned {
+        partition: i32,
+    },
     BarePodNoRollout,
     Downtime,
     PdbBlocks {
@@ -122,6 +133,8 @@ impl SkipReason {
             SkipReason::RolloutInProgress { .. } => "rolloutInProgress",
             SkipReason::NotAvailable { .. } => "notAvailable",
             SkipReason::OnDelete => "onDelete",
+            SkipReason::PendingTemplate { .. } => "pendingTemplate",
+            SkipReason::Partitioned { .. } => "partitioned",
             SkipReason::BarePodNoRollout => "barePodNoRollout",
             SkipReason::Downtime => "downtime",
             SkipReason::PdbBlocks { .. } => "pdbBlocks",
@@ -169,6 +182,14 @@ impl fmt::Display for SkipReason {
                     "updateStrategy OnDelete: restartedAt would not replace pods (restart.method: rollout)"
                 )
             }
+            SkipReason::PendingTemplate { updated, desired } => write!(
+                f,
+                "only {updated} of {desired} pods are at the current template: evicting would roll out a pending template change"
+            ),
+            SkipReason::Partitioned { partition } => write!(
+                f,
+                "updateStrategy partition {partition}: a restart would leave ordinals below it old"
+            ),
             SkipReason::BarePodNoRollout => {
                 write!(f, "bare pod has no rollout (restart.method: rollout)")
             }

@@ -393,7 +393,8 @@ mod tests {
         let p = &policies[0];
         assert_eq!(p.source, "p.yaml (document 1)");
         assert!(p.namespaces.is_empty());
-        assert_eq!(p.kinds, Kind::ALL);
+        // Pod only when listed (issue 11, case 2).
+        assert_eq!(p.kinds, Kind::CONTROLLERS);
         let schedule = p.schedule.as_ref().unwrap();
         assert_eq!(
             (schedule.time_zone, schedule.starting_deadline),
