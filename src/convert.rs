@@ -59,6 +59,9 @@ fn base(
         labels: meta.labels.unwrap_or_default(),
         template_labels: template.metadata.and_then(|m| m.labels).unwrap_or_default(),
         pod_selector: selector_string(selector),
+        attempt: crate::mark::AttemptMark::from_annotations(
+            meta.annotations.as_ref().unwrap_or(&BTreeMap::new()),
+        ),
         annotations: meta.annotations.unwrap_or_default(),
         restarted_at,
         paused: false,
@@ -264,6 +267,8 @@ pub fn bare(p: wire::Pod) -> Workload {
         template_labels: sample.labels.clone(),
         pod_selector: String::new(),
         annotations: map(&meta.annotations),
+        // A bare pod's mark lives on the Lease (it must survive the pod); see Inventory.
+        attempt: crate::mark::AttemptMark::None,
         restarted_at: None,
         paused: false,
         strategy: UpdateStrategy::RollingUpdate,

@@ -137,6 +137,8 @@ pub struct Workload {
     pub pod_selector: String,
     /// The workload's own metadata annotations (bouncer.dev/exclude lives here).
     pub annotations: BTreeMap<String, String>,
+    /// bouncer's mark of its last attempt (metadata annotation; for bare pods, from the Lease).
+    pub attempt: crate::mark::AttemptMark,
     /// kubectl.kubernetes.io/restartedAt from the pod template, if any and parseable.
     pub restarted_at: Option<DateTime<Utc>>,
     pub paused: bool,
@@ -208,4 +210,25 @@ pub struct Inventory {
     pub excluded_namespaces: std::collections::BTreeSet<String>,
     pub pdbs: Vec<Pdb>,
     pub metrics: MetricsState,
+}
+
+impl Inventory {
+    /// Gives each bare pod its mark from the Lease (or, when the Lease could not be read, an
+    /// unreadable mark, so bare pods are skipped rather than bounced without their history).
+    pub fn with_bare_marks(mut self, marks: &Result<crate::mark::BareMarks, String>) -> Inventory {
+        use crate::mark::{AttemptMark, bare_key};
+        for w in self
+            .workloads
+            .iter_mut()
+            .filter(|w| w.target.kind == Kind::Pod)
+        {
+            w.attempt = match marks {
+                Ok(m) => m
+                    .get(&bare_key(&w.target.namespace, &w.target.name))
+                    .map_or(AttemptMark::None, |a| AttemptMark::Seen(a.clone())),
+                Err(e) => AttemptMark::Unreadable(e.clone()),
+            };
+        }
+        self
+    }
 }

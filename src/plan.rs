@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::consts::EXCLUDE_ANNOTATION;
+use crate::mark::AttemptMark;
 use crate::memory::{self, MemoryReading, MemoryState};
 use crate::model::{Inventory, Kind, Pdb, UpdateStrategy, Workload, WorkloadRef};
 use crate::policy::{OnRevert, Policy, RestartMethod};
@@ -16,7 +17,7 @@ use crate::rollout::{self, RolloutState};
 use crate::schedule::ScheduleVerdict;
 
 /// How a bounce restarts its pods.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Method {
     /// The restartedAt patch, then the controller's own rolling update.
@@ -220,6 +221,11 @@ fn decide(
     if w.pods.is_empty() {
         return Err(SkipReason::NoPods);
     }
+    if let AttemptMark::Unreadable(error) = &w.attempt {
+        return Err(SkipReason::BadAttemptMark {
+            error: error.clone(),
+        });
+    }
     let (triggers, urgency) = triggers(policy, w, inv, now)?;
     cooldown(policy, w, now)?;
     let method = preflight(policy, w, &inv.pdbs)?;
@@ -284,6 +290,15 @@ fn triggers(
     }
     if let Some(schedule) = &policy.schedule {
         match schedule.verdict(now, oldest_start(w)) {
+            // bouncer's own mark at or after the fire: this fire was attempted (and failed, or
+            // left pods old); it is not attempted again, whatever the cooldown.
+            ScheduleVerdict::Due { fired: at } if w.attempt.time().is_some_and(|t| t >= at) => {
+                not_due.schedule = Some(ScheduleVerdict::AlreadyAttempted {
+                    fired: at,
+                    at: w.attempt.time().unwrap_or(at),
+                });
+                not_due.next = schedule.next_fire(now);
+            }
             ScheduleVerdict::Due { fired: at } => fired.push(Trigger::Schedule { fired: at }),
             verdict => {
                 not_due.schedule = Some(verdict);
@@ -298,9 +313,10 @@ fn triggers(
     }
 }
 
-/// Skip while the last restart (ours, kubectl's, or a fresh deploy) is younger than the cooldown.
+/// Skip while the last restart (ours, kubectl's, or a fresh deploy) or bouncer's last attempt
+/// (whatever its method and outcome) is younger than the cooldown.
 pub fn cooldown(policy: &Policy, w: &Workload, now: DateTime<Utc>) -> Result<(), SkipReason> {
-    let last = [w.restarted_at, oldest_start(w)]
+    let last = [w.restarted_at, oldest_start(w), w.attempt.time()]
         .into_iter()
         .flatten()
         .max();

@@ -90,6 +90,7 @@ fn deployment(ns: &str, name: &str, app: &str, pods: Vec<PodSample>) -> Workload
         template_labels: labels(&[("app", app)]),
         pod_selector: format!("app={app}"),
         annotations: BTreeMap::new(),
+        attempt: Default::default(),
         restarted_at: None,
         paused: false,
         strategy: UpdateStrategy::RollingUpdate,

@@ -110,6 +110,10 @@ pub enum SkipReason {
     Claimed {
         policy: String,
     },
+    /// bouncer's own attempt mark cannot be read: without it a failed bounce could repeat.
+    BadAttemptMark {
+        error: String,
+    },
     /// The restartedAt annotation changed between the plan and the fresh read.
     RestartedMeanwhile,
     /// The workload disappeared, or a safety read failed: fail closed.
@@ -141,6 +145,7 @@ impl SkipReason {
             SkipReason::PolicyCap { .. } => "policyCap",
             SkipReason::GlobalCap { .. } => "globalCap",
             SkipReason::Claimed { .. } => "claimed",
+            SkipReason::BadAttemptMark { .. } => "badAttemptMark",
             SkipReason::RestartedMeanwhile => "restartedMeanwhile",
             SkipReason::ReadFailed { .. } => "readFailed",
         }
@@ -203,6 +208,11 @@ impl fmt::Display for SkipReason {
             SkipReason::PolicyCap { max } => write!(f, "maxPerRun {max} reached"),
             SkipReason::GlobalCap { max } => write!(f, "max bounces per run ({max}) reached"),
             SkipReason::Claimed { policy } => write!(f, "bounced this run by policy {policy}"),
+            SkipReason::BadAttemptMark { error } => write!(
+                f,
+                "unreadable attempt mark ({}): {error}",
+                crate::consts::ATTEMPT_ANNOTATION
+            ),
             SkipReason::RestartedMeanwhile => write!(f, "restarted by someone else since the plan"),
             SkipReason::ReadFailed { error } => {
                 write!(f, "could not re-read before acting: {error}")
@@ -236,6 +246,13 @@ impl fmt::Display for NotDue {
             parts.push(match s {
                 ScheduleVerdict::AlreadyRestarted { fired } => {
                     format!("schedule: restarted since {}", rfc3339(*fired))
+                }
+                ScheduleVerdict::AlreadyAttempted { fired, at } => {
+                    format!(
+                        "schedule: fire {} already attempted at {}",
+                        rfc3339(*fired),
+                        rfc3339(*at)
+                    )
                 }
                 ScheduleVerdict::Missed { fired } => {
                     format!(

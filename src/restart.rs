@@ -13,9 +13,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde_json::json;
 
-use crate::consts::{FIELD_MANAGER, RESTARTED_AT};
+use crate::consts::{ATTEMPT_ANNOTATION, FIELD_MANAGER, RESTARTED_AT};
 use crate::convert;
 use crate::error::ClusterError;
+use crate::mark::Attempt;
 use crate::model::{Kind, Workload, WorkloadRef};
 use crate::reason::rfc3339;
 
@@ -59,21 +60,51 @@ pub struct Patched {
 }
 
 /// Writes exactly what `kubectl rollout restart` writes: a strategic-merge patch of the pod
-/// template's restartedAt annotation (RFC3339, seconds).
+/// template's restartedAt annotation (RFC3339, seconds). The same patch writes bouncer's
+/// attempt mark on the workload's metadata, so no restart can happen without its mark.
 pub async fn patch_restarted_at(
     client: &Client,
     target: &WorkloadRef,
     at: DateTime<Utc>,
+    mark: &Attempt,
 ) -> Result<Patched, ClusterError> {
     let value = rfc3339(at);
-    let body = json!({"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: value}}}}});
+    let body = json!({
+        "metadata": {"annotations": {ATTEMPT_ANNOTATION: mark.encode()}},
+        "spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: value}}}},
+    });
+    let (workload, resource_version) = patch(client, target, &body).await?;
+    Ok(Patched {
+        value,
+        workload,
+        resource_version,
+    })
+}
+
+/// Writes only the attempt mark (metadata, so nothing rolls) and returns the workload as the
+/// patch left it, pod template included: the run's final check of its restartedAt.
+pub async fn patch_mark(
+    client: &Client,
+    target: &WorkloadRef,
+    mark: &Attempt,
+) -> Result<Workload, ClusterError> {
+    let body = json!({"metadata": {"annotations": {ATTEMPT_ANNOTATION: mark.encode()}}});
+    Ok(patch(client, target, &body).await?.0)
+}
+
+/// One strategic-merge patch of a controller as bouncer's field manager, with retries.
+async fn patch(
+    client: &Client,
+    target: &WorkloadRef,
+    body: &serde_json::Value,
+) -> Result<(Workload, String), ClusterError> {
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
     let ns = target.namespace.as_str();
     let patched = with_retries(&format!("patch {target}"), || {
-        let patch = Patch::Strategic(&body);
+        let patch = Patch::Strategic(body);
         let (client, params, name) = (client.clone(), &params, target.name.as_str());
         async move {
             use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
@@ -101,14 +132,9 @@ pub async fn patch_restarted_at(
         }
     })
     .await;
-    let (workload, resource_version) = patched.map_err(|source| ClusterError::Patch {
+    patched.map_err(|source| ClusterError::Patch {
         target: target.clone(),
         source,
-    })?;
-    Ok(Patched {
-        value,
-        workload,
-        resource_version,
     })
 }
 
@@ -135,17 +161,22 @@ pub enum EvictError {
     NoReplacement { pod: String, detail: String },
 }
 
-/// Evicts one pod, retrying while a PodDisruptionBudget answers 429, until `deadline`.
+/// Evicts one pod, retrying while a PodDisruptionBudget answers 429, until `deadline`. The UID
+/// precondition makes the eviction hit only the pod that existed before the bounce, never a
+/// replacement that took its name (a StatefulSet's): the server then answers 409, which means
+/// that pod is already gone.
 pub async fn evict(
     client: &Client,
     namespace: &str,
     pod: &str,
+    uid: &str,
     version: &str,
     deadline: tokio::time::Instant,
 ) -> Result<(), EvictError> {
     let body = serde_json::to_vec(&json!({
         "apiVersion": version, "kind": "Eviction",
         "metadata": {"name": pod, "namespace": namespace},
+        "deleteOptions": {"preconditions": {"uid": uid}},
     }))
     .expect("static JSON serializes");
     let url = format!("/api/v1/namespaces/{namespace}/pods/{pod}/eviction");
@@ -168,7 +199,7 @@ pub async fn evict(
         };
         match answer {
             Ok(_) => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => return Ok(()),
             Err(e) if matches!(&e, kube::Error::Api(s) if s.code == 429) || transient(&e) => {
                 if tokio::time::Instant::now() + delay > deadline {
                     return Err(refused(Some(e.to_string())));
