@@ -20,7 +20,7 @@ use crate::model::{
 };
 use crate::policy::{Operator, Requirement, Selector};
 use crate::quantity::parse_bytes;
-use wire::{ObjectMeta, PodTemplateSpec};
+use wire::{ObjectMeta, PodTemplateSpec, RereadError};
 
 pub fn time(t: &Time) -> DateTime<Utc> {
     DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
@@ -97,25 +97,25 @@ fn percent_of(total: i32, pct: i32, round_up: bool) -> i32 {
     }) as i32
 }
 
-pub fn deployment(d: &Deployment) -> Workload {
-    Workload::from(wire::reread::<wire::Deployment>(d))
+pub fn deployment(d: &Deployment) -> Result<Workload, RereadError> {
+    wire::reread::<wire::Deployment, _>(d).map(Workload::from)
 }
 
-pub fn statefulset(s: &StatefulSet) -> Workload {
-    Workload::from(wire::reread::<wire::StatefulSet>(s))
+pub fn statefulset(s: &StatefulSet) -> Result<Workload, RereadError> {
+    wire::reread::<wire::StatefulSet, _>(s).map(Workload::from)
 }
 
-pub fn daemonset(d: &DaemonSet) -> Workload {
-    Workload::from(wire::reread::<wire::DaemonSet>(d))
+pub fn daemonset(d: &DaemonSet) -> Result<Workload, RereadError> {
+    wire::reread::<wire::DaemonSet, _>(d).map(Workload::from)
 }
 
-pub fn pod_sample(p: &Pod) -> PodSample {
-    PodSample::from(&wire::reread::<wire::Pod>(p))
+pub fn pod_sample(p: &Pod) -> Result<PodSample, RereadError> {
+    wire::reread::<wire::Pod, _>(p).map(|p| PodSample::from(&p))
 }
 
 /// A bare pod as its own workload.
-pub fn bare_pod(p: &Pod) -> Workload {
-    bare(wire::reread(p))
+pub fn bare_pod(p: &Pod) -> Result<Workload, RereadError> {
+    wire::reread(p).map(bare)
 }
 
 impl From<wire::Deployment> for Workload {

@@ -387,23 +387,23 @@ pub async fn read_workload(client: &Client, target: &WorkloadRef) -> Result<Work
             &Api::<Deployment>::namespaced(client.clone(), ns)
                 .get(&target.name)
                 .await?,
-        ),
+        )?,
         Kind::StatefulSet => convert::statefulset(
             &Api::<StatefulSet>::namespaced(client.clone(), ns)
                 .get(&target.name)
                 .await?,
-        ),
+        )?,
         Kind::DaemonSet => convert::daemonset(
             &Api::<DaemonSet>::namespaced(client.clone(), ns)
                 .get(&target.name)
                 .await?,
-        ),
+        )?,
         Kind::Pod => {
             return Ok(convert::bare_pod(
                 &Api::<Pod>::namespaced(client.clone(), ns)
                     .get(&target.name)
                     .await?,
-            ));
+            )?);
         }
     };
     let selected = ListParams::default().labels(&w.pod_selector);

@@ -108,25 +108,26 @@ async fn patch(
         let (client, params, name) = (client.clone(), &params, target.name.as_str());
         async move {
             use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-            fn seen<K: Resource>(obj: K, f: fn(&K) -> Workload) -> (Workload, String) {
-                (
-                    f(&obj),
+            type Convert<K> = fn(&K) -> Result<Workload, convert::wire::RereadError>;
+            fn seen<K: Resource>(obj: K, f: Convert<K>) -> Result<(Workload, String), kube::Error> {
+                Ok((
+                    f(&obj)?,
                     obj.meta().resource_version.clone().unwrap_or_default(),
-                )
+                ))
             }
             match target.kind {
                 Kind::Deployment => Api::<Deployment>::namespaced(client, ns)
                     .patch(name, params, &patch)
                     .await
-                    .map(|d| seen(d, convert::deployment)),
+                    .and_then(|d| seen(d, convert::deployment)),
                 Kind::StatefulSet => Api::<StatefulSet>::namespaced(client, ns)
                     .patch(name, params, &patch)
                     .await
-                    .map(|s| seen(s, convert::statefulset)),
+                    .and_then(|s| seen(s, convert::statefulset)),
                 Kind::DaemonSet => Api::<DaemonSet>::namespaced(client, ns)
                     .patch(name, params, &patch)
                     .await
-                    .map(|d| seen(d, convert::daemonset)),
+                    .and_then(|d| seen(d, convert::daemonset)),
                 Kind::Pod => unreachable!("bare pods are evicted, never patched"),
             }
         }
@@ -221,6 +222,22 @@ pub async fn evict(
     }
 }
 
+fn uid(p: &Pod) -> String {
+    p.metadata.uid.clone().unwrap_or_default()
+}
+
+/// (ready, deleting) of a watched pod; one that does not convert counts as not ready (fail
+/// closed: it cannot stand in for the evicted pod).
+fn readiness(p: &Pod) -> (bool, bool) {
+    match convert::pod_sample(p) {
+        Ok(s) => (s.ready, s.deleting),
+        Err(e) => {
+            tracing::warn!("{e}");
+            (false, true)
+        }
+    }
+}
+
 /// Waits until the evicted pod (by UID) is gone and `want` ready pods match again: a bare pod
 /// recreated under its name, or a controller's replacement under its selector.
 pub async fn wait_replaced(
@@ -253,13 +270,11 @@ pub async fn wait_replaced(
             match events.try_next().await {
                 Ok(Some(watcher::Event::Init)) => init.clear(),
                 Ok(Some(watcher::Event::InitApply(p))) => {
-                    let s = convert::pod_sample(&p);
-                    init.insert(s.uid, (s.ready, s.deleting));
+                    init.insert(uid(&p), readiness(&p));
                 }
                 Ok(Some(watcher::Event::InitDone)) => pods = std::mem::take(&mut init),
                 Ok(Some(watcher::Event::Apply(p))) => {
-                    let s = convert::pod_sample(&p);
-                    pods.insert(s.uid, (s.ready, s.deleting));
+                    pods.insert(uid(&p), readiness(&p));
                 }
                 Ok(Some(watcher::Event::Delete(p))) => {
                     pods.remove(p.metadata.uid.as_deref().unwrap_or_default());

@@ -120,6 +120,11 @@ pub enum WaitError {
     Failed { target: WorkloadRef, reason: String },
     #[error("{target} was deleted during the rollout")]
     Deleted { target: WorkloadRef },
+    #[error("rollout of {target}: {source}")]
+    Convert {
+        target: WorkloadRef,
+        source: crate::convert::wire::RereadError,
+    },
     #[error("interrupted while waiting for the rollout of {target}")]
     Interrupted { target: WorkloadRef },
 }
@@ -153,6 +158,9 @@ pub async fn wait(
     }
 }
 
+/// Converts a watched object at the edge.
+type ToWorkload<K> = fn(&K) -> Result<Workload, crate::convert::wire::RereadError>;
+
 /// Follows one workload's rollout; `last` keeps kubectl's latest progress message.
 struct Progress<'a> {
     target: &'a WorkloadRef,
@@ -178,6 +186,20 @@ impl Progress<'_> {
         }
     }
 
+    /// A watched object: one that does not convert fails the wait (closed, naming it).
+    fn observe_obj(
+        &mut self,
+        w: Result<Workload, crate::convert::wire::RereadError>,
+    ) -> Option<Result<(), WaitError>> {
+        match w {
+            Ok(w) => self.observe(&w),
+            Err(source) => Some(Err(WaitError::Convert {
+                target: self.target.clone(),
+                source,
+            })),
+        }
+    }
+
     fn deleted(&self) -> Result<(), WaitError> {
         Err(WaitError::Deleted {
             target: self.target.clone(),
@@ -190,7 +212,7 @@ async fn watch<K>(
     target: &WorkloadRef,
     timeout: Duration,
     start: Start<'_>,
-    to_workload: fn(&K) -> Workload,
+    to_workload: ToWorkload<K>,
 ) -> Result<(), WaitError>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
@@ -219,7 +241,7 @@ where
         loop {
             match events.try_next().await {
                 Ok(Some(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj))) => {
-                    if let Some(done) = progress.observe(&to_workload(&obj)) {
+                    if let Some(done) = progress.observe_obj(to_workload(&obj)) {
                         return done;
                     }
                 }
@@ -252,7 +274,7 @@ async fn watch_from<K>(
     api: &Api<K>,
     fields: &str,
     mut from: String,
-    to_workload: fn(&K) -> Workload,
+    to_workload: ToWorkload<K>,
     progress: &mut Progress<'_>,
 ) -> Option<Result<(), WaitError>>
 where
@@ -272,7 +294,7 @@ where
         while let Some(event) = events.next().await {
             match event {
                 Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj)) => {
-                    if let Some(done) = progress.observe(&to_workload(&obj)) {
+                    if let Some(done) = progress.observe_obj(to_workload(&obj)) {
                         return Some(done);
                     }
                     from = obj.meta().resource_version.clone().unwrap_or(from);
