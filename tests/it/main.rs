@@ -5,6 +5,7 @@ mod bounce;
 mod cli;
 mod faults;
 mod harness;
+mod issue11;
 mod revert;
 mod safety;
 mod support;
