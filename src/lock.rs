@@ -86,7 +86,11 @@ pub fn expired(observed: &Observed, now: Instant) -> bool {
     observed.record.holder.is_none() || now.saturating_duration_since(observed.since) >= duration
 }
 
-/// Watches a held lease until its record changes or it expires by [`expired`]; returns the
+/// How often a run waiting on a held lease re-reads it. client-go's elector polls the same way
+/// (its retryPeriod); a GET by name is also all the Role grants on the Lease (no list/watch).
+const OBSERVE_EVERY: Duration = Duration::from_secs(2);
+
+/// Re-reads a held lease until its record changes or it expires by [`expired`]; returns the
 /// lease to take over (its resourceVersion makes the replace a compare-and-swap), or the live
 /// holder.
 async fn wait_expired(
@@ -94,37 +98,26 @@ async fn wait_expired(
     name: &str,
     mut lease: Lease,
 ) -> Result<Result<Lease, String>, kube::Error> {
-    let mut observed = observe(
-        None,
-        Record::of(&lease.spec.clone().unwrap_or_default()),
-        Instant::now(),
-    );
+    let record = |l: &Lease| Record::of(&l.spec.clone().unwrap_or_default());
+    let mut observed = observe(None, record(&lease), Instant::now());
+    if !expired(&observed, Instant::now()) {
+        tracing::info!(
+            "the run lock {name} is held by {}; waiting up to {}s to see whether it is renewed",
+            observed.record.holder.as_deref().unwrap_or_default(),
+            observed.record.duration_seconds
+        );
+    }
     loop {
         if expired(&observed, Instant::now()) {
             return Ok(Ok(lease));
         }
         let holder = observed.record.holder.clone().unwrap_or_default();
-        let until =
-            observed.since + Duration::from_secs(observed.record.duration_seconds.max(0) as u64);
-        tracing::info!(
-            "the run lock {name} is held by {holder}; watching up to {:?} for a renewal",
-            until.saturating_duration_since(Instant::now())
-        );
-        let seen = observed.record.clone();
-        let changed = move |l: Option<&Lease>| {
-            l.is_none_or(|l| Record::of(&l.spec.clone().unwrap_or_default()) != seen)
-        };
-        let cond = kube::runtime::wait::await_condition(api.clone(), name, changed);
-        let _ = tokio::time::timeout_at(until.into(), cond).await;
+        tokio::time::sleep(OBSERVE_EVERY).await;
         let Some(fresh) = api.get_opt(name).await? else {
             return Ok(Err(format!("{holder} (the lease was deleted meanwhile)")));
         };
         let before = observed.since;
-        observed = observe(
-            Some(observed),
-            Record::of(&fresh.spec.clone().unwrap_or_default()),
-            Instant::now(),
-        );
+        observed = observe(Some(observed), record(&fresh), Instant::now());
         lease = fresh;
         // A changed record proves its holder alive; a release (no holder) is free at once.
         if observed.since != before

@@ -15,7 +15,8 @@ use crate::consts::ATTEMPT_ANNOTATION;
 use crate::plan::Method;
 
 /// How far an attempt got. `Started` is written before anything is disrupted, so a run that
-/// dies mid-bounce still leaves its mark.
+/// dies mid-bounce still leaves its mark; a rollout's mark (part of the restart patch) keeps it,
+/// an eviction's is updated at the end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum AttemptOutcome {
