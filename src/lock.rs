@@ -119,11 +119,10 @@ async fn wait_expired(
         let before = observed.since;
         observed = observe(Some(observed), record(&fresh), Instant::now());
         lease = fresh;
-        // A changed record proves its holder alive; a release (no holder) is free at once.
-        if observed.since != before
-            && let Some(live) = &observed.record.holder
-        {
-            return Ok(Err(live.clone()));
+        // A changed record proves its holder alive. A release while we wait counts too: that run
+        // did this tick's work, and a second run right after it would only re-plan it.
+        if observed.since != before {
+            return Ok(Err(observed.record.holder.clone().unwrap_or(holder)));
         }
     }
 }
