@@ -123,7 +123,7 @@ pub enum WaitError {
     #[error("rollout of {target}: {source}")]
     Convert {
         target: WorkloadRef,
-        source: crate::convert::wire::RereadError,
+        source: Box<crate::convert::wire::RereadError>,
     },
     #[error("interrupted while waiting for the rollout of {target}")]
     Interrupted { target: WorkloadRef },
@@ -195,7 +195,7 @@ impl Progress<'_> {
             Ok(w) => self.observe(&w),
             Err(source) => Some(Err(WaitError::Convert {
                 target: self.target.clone(),
-                source,
+                source: Box::new(source),
             })),
         }
     }

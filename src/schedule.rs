@@ -38,8 +38,7 @@ pub enum ScheduleVerdict {
     Due { fired: DateTime<Utc> },
     /// Every pod started at or after the latest fire (a re-run, a manual restart, a fresh deploy).
     AlreadyRestarted { fired: DateTime<Utc> },
-    /// bouncer already attempted a bounce at or after the latest fire (its durable mark), whatever
-    /// came of it: one fire gets at most one attempt, so a failed bounce is not repeated.
+    /// bouncer's mark says it attempted this fire (whatever came of it): one attempt per fire.
     AlreadyAttempted {
         fired: DateTime<Utc>,
         at: DateTime<Utc>,

@@ -164,11 +164,10 @@ async fn case4_partition_is_skipped_and_never_patched() {
     let s = get_statefulset(&client, n, "held").await;
     let template = s.spec.unwrap().template.metadata.unwrap_or_default();
     assert!(
-        template
+        !template
             .annotations
             .unwrap_or_default()
-            .get(bouncer_testkit::RESTARTED_AT)
-            .is_none(),
+            .contains_key(bouncer_testkit::RESTARTED_AT),
         "the partitioned StatefulSet was patched"
     );
     assert_eq!(pod_uids(&client, n, "app=held").await, held_pods);
