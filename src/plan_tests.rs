@@ -516,3 +516,59 @@ fn case4_partition_is_skipped_with_a_reason() {
     assert_eq!(reason.code(), "partitioned", "{reason}");
     assert!(reason.to_string().contains("partition 2"), "{reason}");
 }
+
+/// Issue 11, case 1 (planning): bouncer's attempt mark on the workload's metadata is honoured by
+/// the cooldown and by the schedule (one attempt per fire), whatever its method and outcome.
+#[test]
+fn case1_attempt_mark_is_honoured_by_cooldown_and_schedule() {
+    let served = |mark: &str| {
+        let json = serde_json::json!({
+            "metadata": {"name": "db", "namespace": "a", "generation": 1,
+                         "annotations": {"bouncer.dev/last-attempt": mark}},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "x"}},
+                     "template": {"metadata": {"labels": {"app": "x"}}},
+                     "updateStrategy": {"type": "OnDelete"}},
+            "status": {"observedGeneration": 1, "replicas": 2, "readyReplicas": 2,
+                       "availableReplicas": 2, "updatedReplicas": 2}
+        });
+        let mut w = Workload::from(
+            serde_json::from_value::<crate::convert::wire::StatefulSet>(json).unwrap(),
+        );
+        w.pods = vec![pod("db-0", "x", OLD, None), pod("db-1", "x", OLD, None)];
+        w.min_ready_during_restart = 1;
+        w
+    };
+    let mark = |time: &str| {
+        format!(r#"{{"time":"{time}","policy":"n","method":"evict","outcome":"failed"}}"#)
+    };
+    let mut p = nightly(policy("n", "x"));
+    p.cooldown = Duration::from_secs(60);
+    // Failed eviction at 03:05 for the 03:00 fire; cooldown passed, pods still old: not again.
+    let plan = run(
+        &[p.clone()],
+        &inventory(vec![served(&mark("2026-03-10T03:05:00Z"))]),
+    );
+    assert!(plan.bounces.is_empty(), "{:?}", names(&plan));
+    let reason = reason_of(&plan, "db").to_string();
+    assert!(reason.contains("already attempted"), "{reason}");
+    // Within the cooldown of the mark (whatever triggers): cooldown.
+    let mut memory = over(policy("m", "x"), 1);
+    memory.cooldown = Duration::from_secs(3600);
+    let mut hot = served(&mark("2026-03-10T03:10:00Z"));
+    hot.pods = vec![
+        pod("db-0", "x", OLD, Some(900)),
+        pod("db-1", "x", OLD, Some(900)),
+    ];
+    let plan = run(&[memory], &inventory(vec![hot]));
+    assert_eq!(reason_of(&plan, "db").code(), "cooldown");
+    // A mark from before the fire does not hold it back; an unreadable one is a skip.
+    assert_eq!(
+        names(&run(
+            &[p.clone()],
+            &inventory(vec![served(&mark("2026-03-09T03:05:00Z"))])
+        )),
+        ["db"]
+    );
+    let bad = run(&[p], &inventory(vec![served("yesterday")]));
+    assert_eq!(reason_of(&bad, "db").code(), "badAttemptMark");
+}
