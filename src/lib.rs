@@ -190,8 +190,13 @@ async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus
         }
     }
 
-    // Bare pods' attempt marks live on the Lease; read after taking it, so they are current.
-    let bare_marks = lock::read_bare_marks(&client, &lease_ns, &settings.lease_name).await;
+    // Bare pods' attempt marks live on the Lease; read after taking it, so they are current, and
+    // only when a policy may bounce bare pods (a plan is otherwise LISTs only).
+    let bare_marks = if policies.iter().any(|p| p.kinds.contains(&model::Kind::Pod)) {
+        lock::read_bare_marks(&client, &lease_ns, &settings.lease_name).await
+    } else {
+        Ok(mark::BareMarks::new())
+    };
     let status = run_locked(
         settings,
         mode,
