@@ -226,7 +226,17 @@ fn decide(
             error: error.clone(),
         });
     }
-    let (triggers, urgency) = triggers(policy, w, inv, now)?;
+    let (triggers, urgency) = match triggers(policy, w, inv, now) {
+        // A fire held back only by our own recent attempt reads as the cooldown while that
+        // lasts (the reason names the attempt's time); after it, the fire stays attempted.
+        Err(SkipReason::NotDue(n))
+            if matches!(n.schedule, Some(ScheduleVerdict::AlreadyAttempted { .. })) =>
+        {
+            cooldown(policy, w, now)?;
+            return Err(SkipReason::NotDue(n));
+        }
+        other => other?,
+    };
     cooldown(policy, w, now)?;
     let method = preflight(policy, w, &inv.pdbs)?;
     Ok((method, triggers, urgency))
