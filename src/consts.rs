@@ -4,6 +4,11 @@
 pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
 /// Opt-out on a workload or a namespace.
 pub const EXCLUDE_ANNOTATION: &str = "bouncer.dev/exclude";
+/// bouncer's mark of its last bounce attempt on a workload's metadata (JSON: time, policy,
+/// method, outcome); cooldown and schedule honour it whatever the method and outcome.
+pub const ATTEMPT_ANNOTATION: &str = "bouncer.dev/last-attempt";
+/// On the run Lease: the marks of bare pods, which must survive the pods they describe.
+pub const BARE_ATTEMPTS_ANNOTATION: &str = "bouncer.dev/bare-pod-attempts";
 /// Set by the kubelet on mirror pods of static pods.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// An init container with this restart policy is a native sidecar: it runs beside the containers.

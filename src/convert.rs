@@ -17,11 +17,12 @@ use crate::consts::{
     MIRROR_ANNOTATION, PROGRESS_DEADLINE_EXCEEDED, RESTARTED_AT, SIDECAR_RESTART_POLICY,
 };
 use crate::model::{
-    ContainerSample, Kind, Pdb, PodSample, RolloutStatus, UpdateStrategy, Workload, WorkloadRef,
+    ContainerSample, Kind, Pdb, PodSample, RolloutStatus, StsRollingUpdate, UpdateStrategy,
+    Workload, WorkloadRef,
 };
 use crate::policy::{Operator, Requirement, Selector};
 use crate::quantity::parse_bytes;
-use wire::{ObjectMeta, PodTemplateSpec};
+use wire::{ObjectMeta, PodTemplateSpec, RereadError};
 
 pub fn time(t: &Time) -> DateTime<Utc> {
     DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
@@ -60,6 +61,9 @@ fn base(
         labels: meta.labels.unwrap_or_default(),
         template_labels: template.metadata.and_then(|m| m.labels).unwrap_or_default(),
         pod_selector: selector_string(selector),
+        attempt: crate::mark::AttemptMark::from_annotations(
+            meta.annotations.as_ref().unwrap_or(&BTreeMap::new()),
+        ),
         annotations: meta.annotations.unwrap_or_default(),
         restarted_at,
         paused: false,
@@ -95,25 +99,25 @@ fn percent_of(total: i32, pct: i32, round_up: bool) -> i32 {
     }) as i32
 }
 
-pub fn deployment(d: &Deployment) -> Workload {
-    Workload::from(wire::reread::<wire::Deployment>(d))
+pub fn deployment(d: &Deployment) -> Result<Workload, RereadError> {
+    wire::reread::<wire::Deployment, _>(d).map(Workload::from)
 }
 
-pub fn statefulset(s: &StatefulSet) -> Workload {
-    Workload::from(wire::reread::<wire::StatefulSet>(s))
+pub fn statefulset(s: &StatefulSet) -> Result<Workload, RereadError> {
+    wire::reread::<wire::StatefulSet, _>(s).map(Workload::from)
 }
 
-pub fn daemonset(d: &DaemonSet) -> Workload {
-    Workload::from(wire::reread::<wire::DaemonSet>(d))
+pub fn daemonset(d: &DaemonSet) -> Result<Workload, RereadError> {
+    wire::reread::<wire::DaemonSet, _>(d).map(Workload::from)
 }
 
-pub fn pod_sample(p: &Pod) -> PodSample {
-    PodSample::from(&wire::reread::<wire::Pod>(p))
+pub fn pod_sample(p: &Pod) -> Result<PodSample, RereadError> {
+    wire::reread::<wire::Pod, _>(p).map(|p| PodSample::from(&p))
 }
 
 /// A bare pod as its own workload.
-pub fn bare_pod(p: &Pod) -> Workload {
-    bare(wire::reread(p))
+pub fn bare_pod(p: &Pod) -> Result<Workload, RereadError> {
+    wire::reread(p).map(bare)
 }
 
 impl From<wire::Deployment> for Workload {
@@ -166,10 +170,12 @@ impl From<wire::StatefulSet> for Workload {
         } else {
             UpdateStrategy::RollingUpdate
         };
-        w.status.partition = strategy
-            .rolling_update
-            .and_then(|r| r.partition)
-            .unwrap_or(0);
+        w.status.rolling_update = match strategy.rolling_update {
+            None => StsRollingUpdate::Unset,
+            Some(r) => StsRollingUpdate::Set {
+                partition: r.partition,
+            },
+        };
         // The StatefulSet controller replaces one pod at a time.
         w.min_ready_during_restart = desired - 1;
         w.status.desired = desired;
@@ -275,6 +281,8 @@ pub fn bare(p: wire::Pod) -> Workload {
         template_labels: sample.labels.clone(),
         pod_selector: String::new(),
         annotations: map(&meta.annotations),
+        // A bare pod's mark lives on the Lease (it must survive the pod); see Inventory.
+        attempt: crate::mark::AttemptMark::None,
         restarted_at: None,
         paused: false,
         strategy: UpdateStrategy::RollingUpdate,

@@ -10,7 +10,9 @@ use tokio::sync::watch;
 
 use crate::consts::{REASON_BOUNCED, REASON_FAILED, REASON_REVERTED};
 use crate::events::{self, Severity};
-use crate::inventory::read_workload;
+use crate::inventory::{read_controller, read_workload};
+use crate::lock::LeaseGuard;
+use crate::mark::{Attempt, AttemptMark, AttemptOutcome, BareMarks, bare_key};
 use crate::model::{Kind, Pdb, Workload, WorkloadRef};
 use crate::plan::{self, Bounce, Method, Plan};
 use crate::policy::{OnRevert, Policy};
@@ -75,12 +77,21 @@ pub struct Outcome {
     pub completed_at: Option<DateTime<Utc>>,
     pub finished: Option<DateTime<Utc>>,
     pub verification: Option<String>,
+    /// The restartedAt value the bounce wrote (rollouts only).
+    pub written: Option<String>,
+    /// The attempt mark this bounce wrote before acting.
+    pub attempt: Option<Attempt>,
+    /// When the run's final re-check (right before the report) last saw the annotation intact.
+    pub last_confirmed: Option<DateTime<Utc>>,
 }
 
 pub struct Executor<'a> {
     pub client: Client,
     pub policies: BTreeMap<&'a str, &'a Policy>,
     pub pdbs: &'a [Pdb],
+    /// Where bare pods' attempt marks are written (the run's Lease), and what it held.
+    pub lease: Option<&'a LeaseGuard>,
+    pub bare_marks: BareMarks,
     pub excluded_namespaces: &'a BTreeSet<String>,
     pub default_timeout: Duration,
     /// Least time between the patch and the verification, so a reverting owner can show itself.
@@ -93,6 +104,17 @@ pub struct Executor<'a> {
 enum Step<T> {
     Done(T),
     Stopped,
+}
+
+/// The mark's outcome for a bounce's status.
+fn outcome_of(status: &Status) -> AttemptOutcome {
+    match status {
+        Status::Bounced => AttemptOutcome::Bounced,
+        Status::RevertedEvicted { .. } => AttemptOutcome::RevertedEvicted,
+        Status::Reverted { .. } => AttemptOutcome::Reverted,
+        Status::Interrupted(_) => AttemptOutcome::Interrupted,
+        Status::Failed(_) | Status::Skipped(_) | Status::NotAttempted => AttemptOutcome::Failed,
+    }
 }
 
 impl Executor<'_> {
@@ -111,6 +133,9 @@ impl Executor<'_> {
                 completed_at: None,
                 finished: None,
                 verification: None,
+                written: None,
+                attempt: None,
+                last_confirmed: None,
             };
             if !halted && self.stop.borrow().is_some() {
                 // Asked to stop between two bounces: the first one left out is reported as
@@ -128,15 +153,28 @@ impl Executor<'_> {
             }
             outcomes.push(outcome);
         }
+        for outcome in &mut outcomes {
+            self.confirm(outcome).await;
+        }
         outcomes
     }
 
     async fn bounce(&mut self, b: &Bounce, out: &mut Outcome) {
         let policy = self.policies[b.policy.as_str()];
-        let fresh = match self.read(&b.target).await {
+        // One budget for the whole bounce: rollout, settle, verification and any eviction.
+        let timeout = b.timeout.unwrap_or(self.default_timeout);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut fresh = match self.read(&b.target).await {
             Ok(w) => w,
             Err(error) => return out.status = Status::Skipped(SkipReason::ReadFailed { error }),
         };
+        if fresh.target.kind == Kind::Pod {
+            let key = bare_key(&fresh.target.namespace, &fresh.target.name);
+            fresh.attempt = self
+                .bare_marks
+                .get(&key)
+                .map_or(AttemptMark::None, |a| AttemptMark::Seen(a.clone()));
+        }
         let now = (self.clock)();
         let recheck = plan::identity_gates(policy, &fresh, self.excluded_namespaces)
             .and_then(|()| {
@@ -158,19 +196,20 @@ impl Executor<'_> {
             return out.status = self.interrupted();
         }
         out.method = method;
-        let timeout = b.timeout.unwrap_or(self.default_timeout);
+        let attempt = Attempt::new((self.clock)(), &b.policy, method);
+        out.attempt = Some(attempt.clone());
         out.status = match method {
-            Method::Rollout => self.rollout(b, &fresh, timeout, out).await,
-            Method::Evict => match self.evict_all(&fresh, timeout, out).await {
-                Ok(Step::Done(())) => {
-                    out.verification =
-                        Some(format!("{} pods replaced one at a time", fresh.pods.len()));
-                    Status::Bounced
-                }
-                Ok(Step::Stopped) => self.interrupted(),
-                Err(e) => Status::Failed(e),
-            },
+            Method::Rollout => self.rollout(b, &fresh, deadline, &attempt, out).await,
+            Method::Evict => self.evict_marked(&fresh, deadline, &attempt, out).await,
         };
+        // An eviction bounce wrote its mark on its own, so it records the outcome too. A rollout's
+        // mark rode on the restart patch (one write per bounce, as the benchmark and the tests
+        // count); it stays `started`, and the outcome is in the Event and the report.
+        if method == Method::Evict {
+            self.record(&b.target, &attempt.with_outcome(outcome_of(&out.status)))
+                .await
+                .unwrap_or_else(|e| tracing::warn!("{e}"));
+        }
         let now = (self.clock)();
         match &out.status {
             Status::Bounced => {
@@ -212,28 +251,70 @@ impl Executor<'_> {
         .map_err(|e| e.to_string())
     }
 
+    /// Eviction of a workload's pods, after its attempt mark is durable: no mark, no eviction.
+    async fn evict_marked(
+        &mut self,
+        fresh: &Workload,
+        deadline: tokio::time::Instant,
+        attempt: &Attempt,
+        out: &mut Outcome,
+    ) -> Status {
+        if let Err(e) = self.record(&fresh.target, attempt).await {
+            return Status::Failed(format!("{e}; nothing was evicted"));
+        }
+        let before: BTreeSet<String> = fresh.pods.iter().map(|p| p.uid.clone()).collect();
+        match self.evict_all(fresh, &before, deadline, out).await {
+            Ok(Step::Done(n)) => {
+                out.verification = Some(format!("{n} pods replaced one at a time"));
+                Status::Bounced
+            }
+            Ok(Step::Stopped) => self.interrupted(),
+            Err(e) => Status::Failed(e),
+        }
+    }
+
+    /// Writes an attempt mark: on the controller's metadata, or for a bare pod on the Lease.
+    async fn record(&mut self, target: &WorkloadRef, attempt: &Attempt) -> Result<(), String> {
+        if target.kind != Kind::Pod {
+            return restart::patch_mark(&self.client, target, attempt)
+                .await
+                .map(drop)
+                .map_err(|e| format!("could not record the attempt mark: {e}"));
+        }
+        let Some(lease) = self.lease else {
+            return Err(format!("no run lock to record the attempt on {target} in"));
+        };
+        let key = bare_key(&target.namespace, &target.name);
+        self.bare_marks = lease.record_bare(key, attempt).await?;
+        Ok(())
+    }
+
     async fn rollout(
         &mut self,
         b: &Bounce,
         fresh: &Workload,
-        timeout: Duration,
+        deadline: tokio::time::Instant,
+        attempt: &Attempt,
         out: &mut Outcome,
     ) -> Status {
         let old: BTreeSet<String> = fresh.pods.iter().map(|p| p.uid.clone()).collect();
         let at = (self.clock)();
         out.patched_at = Some(at);
-        let patched = match restart::patch_restarted_at(&self.client, &b.target, at).await {
+        let patched = match restart::patch_restarted_at(&self.client, &b.target, at, attempt).await
+        {
             Ok(p) => p,
             Err(e) => return Status::Failed(e.to_string()),
         };
         let written = patched.value.clone();
+        out.written = Some(written.clone());
         tracing::info!(workload = %b.target, "patched kubectl.kubernetes.io/restartedAt={written}; waiting for the rollout");
         let start = rollout::Start {
             workload: &patched.workload,
             resource_version: &patched.resource_version,
         };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let waited = self
-            .until_stopped(rollout::wait(&self.client, &b.target, timeout, start))
+            .until_stopped(rollout::wait(&self.client, &b.target, left, start))
             .await;
         match waited {
             Step::Stopped => return self.interrupted(),
@@ -244,28 +325,56 @@ impl Executor<'_> {
         // longer than that, so the next bounce normally starts right after completion.
         let since_patch = ((self.clock)() - at).to_std().unwrap_or_default();
         if let Some(rest) = self.settle.checked_sub(since_patch)
-            && let Step::Stopped = self.until_stopped(tokio::time::sleep(rest)).await
+            && let Step::Stopped = self
+                .until_stopped(tokio::time::sleep_until(
+                    deadline.min(tokio::time::Instant::now() + rest),
+                ))
+                .await
         {
             return self.interrupted();
         }
-        let after = match self.read(&b.target).await {
+        let mut after = match self.read(&b.target).await {
             Ok(w) => w,
             Err(e) => return Status::Failed(format!("verification read failed: {e}")),
         };
-        match verify::check(&after, &written, at, &old) {
+        let mut verdict = verify::check(&after, &written, &old);
+        // Every pod is new but some are not ready yet: an autoscaler added them during the
+        // settle. Wait (within the same budget) for kubectl's rule to hold again, then re-check.
+        if let Verdict::Incomplete { old: 0, .. } = verdict {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let start = rollout::Start {
+                workload: &after,
+                resource_version: "0",
+            };
+            let again = rollout::wait(&self.client, &b.target, left, start);
+            match self.until_stopped(again).await {
+                Step::Stopped => return self.interrupted(),
+                Step::Done(Err(e)) => return Status::Failed(e.to_string()),
+                Step::Done(Ok(())) => {}
+            }
+            after = match self.read(&b.target).await {
+                Ok(w) => w,
+                Err(e) => return Status::Failed(format!("verification read failed: {e}")),
+            };
+            verdict = verify::check(&after, &written, &old);
+        }
+        match verdict {
             Verdict::Verified { pods } => {
                 out.verification = Some(format!(
                     "restartedAt intact, {pods}/{pods} pods new and ready"
                 ));
                 Status::Bounced
             }
-            Verdict::Incomplete { detail } => {
+            Verdict::Incomplete { detail, .. } => {
                 out.verification = Some(detail.clone());
                 Status::Failed(format!(
                     "rollout completed but verification failed: {detail}"
                 ))
             }
-            Verdict::Reverted { found } => self.reverted(b, &after, at, found, timeout, out).await,
+            Verdict::Reverted { found } => {
+                self.reverted(b, &after, at, found, (&old, deadline), out)
+                    .await
+            }
         }
     }
 
@@ -275,7 +384,7 @@ impl Executor<'_> {
         after: &Workload,
         at: DateTime<Utc>,
         found: Option<String>,
-        timeout: Duration,
+        (before, deadline): (&BTreeSet<String>, tokio::time::Instant),
         out: &mut Outcome,
     ) -> Status {
         let reverters = verify::reverters(&self.client, &b.target, at).await;
@@ -300,12 +409,10 @@ impl Executor<'_> {
         if b.on_revert == OnRevert::Fail {
             return Status::Reverted { managers };
         }
-        match self.evict_all(after, timeout, out).await {
-            Ok(Step::Done(())) => {
-                out.verification = Some(format!(
-                    "{note}; {} pods evicted one at a time",
-                    after.pods.len()
-                ));
+        // Pods the rollout already replaced are left alone: only those from before the bounce go.
+        match self.evict_all(after, before, deadline, out).await {
+            Ok(Step::Done(n)) => {
+                out.verification = Some(format!("{note}; {n} pods evicted one at a time"));
                 Status::RevertedEvicted { managers }
             }
             Ok(Step::Stopped) => self.interrupted(),
@@ -313,25 +420,27 @@ impl Executor<'_> {
         }
     }
 
-    /// Evicts the workload's pods one at a time, each followed by a wait for its replacement.
+    /// Evicts the workload's pods that existed before the bounce began (`before`, by UID) one at
+    /// a time, each followed by a wait for its replacement, all before `deadline`. Returns how
+    /// many were evicted.
     async fn evict_all(
         &mut self,
         w: &Workload,
-        timeout: Duration,
+        before: &BTreeSet<String>,
+        deadline: tokio::time::Instant,
         out: &mut Outcome,
-    ) -> Result<Step<()>, String> {
-        let version = with_retries("discover the Eviction API", || {
-            restart::eviction_version(&self.client)
-        })
-        .await
-        .map_err(|e| format!("API discovery failed: {e}"))?;
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut pods: Vec<_> = w.pods.iter().filter(|p| !p.deleting).collect();
+    ) -> Result<Step<usize>, String> {
+        let live: Vec<_> = w.pods.iter().filter(|p| !p.deleting).collect();
+        let want = live.len().max(1);
+        let mut pods: Vec<_> = live
+            .into_iter()
+            .filter(|p| before.contains(&p.uid))
+            .collect();
         pods.sort_by(|a, b| a.name.cmp(&b.name));
-        let want = pods.len().max(1);
+        let evicted = pods.len();
         let selector = (w.target.kind != Kind::Pod).then_some(w.pod_selector.as_str());
         for pod in pods {
-            tracing::info!(workload = %w.target, "evicting pod {} ({version})", pod.name);
+            tracing::info!(workload = %w.target, "evicting pod {} ({})", pod.name, restart::EVICTION_API);
             out.patched_at.get_or_insert_with(self.clock);
             let ns = w.target.namespace.as_str();
             let step = self
@@ -339,7 +448,7 @@ impl Executor<'_> {
                     &self.client,
                     ns,
                     &pod.name,
-                    version,
+                    &pod.uid,
                     deadline,
                 ))
                 .await;
@@ -362,7 +471,59 @@ impl Executor<'_> {
             }
         }
         out.completed_at = Some((self.clock)());
-        Ok(Step::Done(()))
+        Ok(Step::Done(evicted))
+    }
+
+    /// The run's last word on a verified rollout, right before the report: one more read of the
+    /// workload's pod template. An owner that reverted restartedAt after the verification (its
+    /// pods now restart a second time) is caught here and named.
+    async fn confirm(&mut self, out: &mut Outcome) {
+        let (Status::Bounced, Method::Rollout, Some(written)) =
+            (&out.status, out.method, out.written.clone())
+        else {
+            return;
+        };
+        let target = out.target.clone();
+        let now = match with_retries(&format!("re-check {target}"), || {
+            read_controller(&self.client, &target)
+        })
+        .await
+        {
+            Ok(now) => now,
+            Err(e) => {
+                out.status = Status::Failed(format!(
+                    "bounced and verified, but the final re-check of restartedAt failed: {e}"
+                ));
+                return;
+            }
+        };
+        if now.restarted_at.map(crate::reason::rfc3339).as_deref() == Some(written.as_str()) {
+            out.last_confirmed = Some((self.clock)());
+            return;
+        }
+        let since = out.patched_at.unwrap_or_else(self.clock);
+        let reverters = verify::reverters(&self.client, &target, since).await;
+        let found = now
+            .restarted_at
+            .map_or_else(|| "removed".to_string(), crate::reason::rfc3339);
+        let note = format!(
+            "restartedAt was reverted after the bounce was verified, by {reverters} (now: {found}); \
+             its pods restart again under the owner's template"
+        );
+        tracing::warn!(workload = %target, "{note}");
+        events::emit(
+            &self.client,
+            &target,
+            REASON_REVERTED,
+            &note,
+            Severity::Warning,
+            (self.clock)(),
+        )
+        .await;
+        out.verification = Some(note);
+        out.status = Status::Reverted {
+            managers: reverters.managers,
+        };
     }
 
     fn interrupted(&self) -> Status {

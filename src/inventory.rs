@@ -373,33 +373,43 @@ fn group(
     (workloads, unsupported)
 }
 
-/// A fresh read of one workload and its pods, right before acting on it.
-pub async fn read_workload(client: &Client, target: &WorkloadRef) -> Result<Workload, kube::Error> {
+/// One GET of a controller (or a bare pod), converted; its pods are not listed.
+pub async fn read_controller(
+    client: &Client,
+    target: &WorkloadRef,
+) -> Result<Workload, kube::Error> {
     let ns = target.namespace.as_str();
-    let mut w = match target.kind {
+    Ok(match target.kind {
         Kind::Deployment => convert::deployment(
             &Api::<Deployment>::namespaced(client.clone(), ns)
                 .get(&target.name)
                 .await?,
-        ),
+        )?,
         Kind::StatefulSet => convert::statefulset(
             &Api::<StatefulSet>::namespaced(client.clone(), ns)
                 .get(&target.name)
                 .await?,
-        ),
+        )?,
         Kind::DaemonSet => convert::daemonset(
             &Api::<DaemonSet>::namespaced(client.clone(), ns)
                 .get(&target.name)
                 .await?,
-        ),
-        Kind::Pod => {
-            return Ok(convert::bare_pod(
-                &Api::<Pod>::namespaced(client.clone(), ns)
-                    .get(&target.name)
-                    .await?,
-            ));
-        }
-    };
+        )?,
+        Kind::Pod => convert::bare_pod(
+            &Api::<Pod>::namespaced(client.clone(), ns)
+                .get(&target.name)
+                .await?,
+        )?,
+    })
+}
+
+/// A fresh read of one workload and its pods, right before acting on it.
+pub async fn read_workload(client: &Client, target: &WorkloadRef) -> Result<Workload, kube::Error> {
+    let ns = target.namespace.as_str();
+    let mut w = read_controller(client, target).await?;
+    if target.kind == Kind::Pod {
+        return Ok(w);
+    }
     let selected = ListParams::default().labels(&w.pod_selector);
     let mut listed: Vec<wire::Pod> = Vec::new();
     pages(

@@ -10,6 +10,7 @@ pub mod events;
 pub mod execute;
 pub mod inventory;
 pub mod lock;
+pub mod mark;
 pub mod memory;
 pub mod model;
 pub mod plan;
@@ -167,8 +168,9 @@ async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus
     let signals = tokio::spawn(stop_on_signal(stop_tx.clone()));
 
     let mut lease = None;
+    let lease_ns = settings.lease_namespace.clone().unwrap_or(default_ns);
     if mode == Mode::Run {
-        let ns = settings.lease_namespace.clone().unwrap_or(default_ns);
+        let ns = lease_ns.clone();
         let identity = format!("{host}-{}", std::process::id());
         match lock::acquire(
             &client,
@@ -193,7 +195,23 @@ async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus
         }
     }
 
-    let status = run_locked(settings, mode, &client, &metrics, &policies, stop_rx).await;
+    // Bare pods' attempt marks live on the Lease; read after taking it, so they are current, and
+    // only when a policy may bounce bare pods (a plan is otherwise LISTs only).
+    let bare_marks = if policies.iter().any(|p| p.kinds.contains(&model::Kind::Pod)) {
+        lock::read_bare_marks(&client, &lease_ns, &settings.lease_name).await
+    } else {
+        Ok(mark::BareMarks::new())
+    };
+    let status = run_locked(
+        settings,
+        mode,
+        &client,
+        &metrics,
+        &policies,
+        (lease.as_deref(), bare_marks),
+        stop_rx,
+    )
+    .await;
     if let Some(guard) = lease {
         guard.release().await;
     }
@@ -207,10 +225,11 @@ async fn run_locked(
     client: &Client,
     metrics: &Client,
     policies: &[policy::Policy],
+    (lease, bare_marks): (Option<&lock::LeaseGuard>, Result<mark::BareMarks, String>),
     stop: watch::Receiver<execute::Stop>,
 ) -> ExitStatus {
     let inventory = match inventory::snapshot(client, metrics, &settings.namespaces).await {
-        Ok(i) => i,
+        Ok(i) => i.with_bare_marks(&bare_marks),
         Err(e) => {
             eprintln!("bouncer: {e}");
             return ExitStatus::Cluster;
@@ -229,6 +248,8 @@ async fn run_locked(
             client: client.clone(),
             policies: policies.iter().map(|p| (p.name.as_str(), p)).collect(),
             pdbs: &inventory.pdbs,
+            lease,
+            bare_marks: bare_marks.unwrap_or_default(),
             excluded_namespaces: &inventory.excluded_namespaces,
             default_timeout: settings.rollout_timeout,
             settle: settings.verify_settle,

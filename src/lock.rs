@@ -1,7 +1,7 @@
 //! The run lock: a coordination.k8s.io/v1 Lease held and renewed for the whole run, so two
 //! overlapping runs never bounce at once. An expired lease (its holder gone) is taken over.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -10,8 +10,11 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use tokio::sync::watch;
 
+use crate::consts::BARE_ATTEMPTS_ANNOTATION;
 use crate::error::ClusterError;
 use crate::execute::Stop;
+use crate::mark::{Attempt, BareMarks, decode_bare, merge_bare};
+use crate::restart::with_retries;
 
 /// Seconds a holder has to renew before others may take the lease over.
 pub const LEASE_SECONDS: i32 = 30;
@@ -37,16 +40,91 @@ fn micro(t: DateTime<Utc>) -> MicroTime {
     )
 }
 
-fn expired(spec: &LeaseSpec, now: DateTime<Utc>) -> bool {
-    if spec.holder_identity.as_deref().is_none_or(str::is_empty) {
-        return true;
+/// The part of a Lease the election compares, as client-go compares its record: any change
+/// (a renewal, a new holder) proves the holder alive, whatever times it wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub holder: Option<String>,
+    pub duration_seconds: i32,
+    pub acquire_time: Option<i64>,
+    pub renew_time: Option<i64>,
+    pub transitions: Option<i32>,
+}
+
+impl Record {
+    pub fn of(spec: &LeaseSpec) -> Record {
+        Record {
+            holder: spec.holder_identity.clone().filter(|h| !h.is_empty()),
+            duration_seconds: spec.lease_duration_seconds.unwrap_or(LEASE_SECONDS),
+            acquire_time: spec.acquire_time.as_ref().map(|t| t.0.as_microsecond()),
+            renew_time: spec.renew_time.as_ref().map(|t| t.0.as_microsecond()),
+            transitions: spec.lease_transitions,
+        }
     }
-    let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref());
-    let Some(renewed) = renewed else { return true };
-    let renewed = DateTime::from_timestamp_micros(renewed.0.as_microsecond()).unwrap_or_default();
-    let duration =
-        chrono::Duration::seconds(spec.lease_duration_seconds.unwrap_or(LEASE_SECONDS) as i64);
-    now > renewed + duration
+}
+
+/// A record and when (on this machine's monotonic clock) it was first seen unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub record: Record,
+    pub since: Instant,
+}
+
+/// client-go's observation: the time restarts whenever the record differs from the last one.
+pub fn observe(previous: Option<Observed>, record: Record, now: Instant) -> Observed {
+    match previous {
+        Some(p) if p.record == record => p,
+        _ => Observed { record, since: now },
+    }
+}
+
+/// client-go's rule: a lease is free when it has no holder, or when its record has not changed
+/// for its duration as observed here. The holder's renewTime is never compared with our clock:
+/// a skewed clock on either machine must not let a second run take over a live lease.
+pub fn expired(observed: &Observed, now: Instant) -> bool {
+    let duration = Duration::from_secs(observed.record.duration_seconds.max(0) as u64);
+    observed.record.holder.is_none() || now.saturating_duration_since(observed.since) >= duration
+}
+
+/// How often a run waiting on a held lease re-reads it. client-go's elector polls the same way
+/// (its retryPeriod); a GET by name is also all the Role grants on the Lease (no list/watch).
+const OBSERVE_EVERY: Duration = Duration::from_secs(2);
+
+/// Re-reads a held lease until its record changes or it expires by [`expired`]; returns the
+/// lease to take over (its resourceVersion makes the replace a compare-and-swap), or the live
+/// holder.
+async fn wait_expired(
+    api: &Api<Lease>,
+    name: &str,
+    mut lease: Lease,
+) -> Result<Result<Lease, String>, kube::Error> {
+    let record = |l: &Lease| Record::of(&l.spec.clone().unwrap_or_default());
+    let mut observed = observe(None, record(&lease), Instant::now());
+    if !expired(&observed, Instant::now()) {
+        tracing::info!(
+            "the run lock {name} is held by {}; waiting up to {}s to see whether it is renewed",
+            observed.record.holder.as_deref().unwrap_or_default(),
+            observed.record.duration_seconds
+        );
+    }
+    loop {
+        if expired(&observed, Instant::now()) {
+            return Ok(Ok(lease));
+        }
+        let holder = observed.record.holder.clone().unwrap_or_default();
+        tokio::time::sleep(OBSERVE_EVERY).await;
+        let Some(fresh) = api.get_opt(name).await? else {
+            return Ok(Err(format!("{holder} (the lease was deleted meanwhile)")));
+        };
+        let before = observed.since;
+        observed = observe(Some(observed), record(&fresh), Instant::now());
+        lease = fresh;
+        // A changed record proves its holder alive. A release while we wait counts too: that run
+        // did this tick's work, and a second run right after it would only re-plan it.
+        if observed.since != before {
+            return Ok(Err(observed.record.holder.clone().unwrap_or(holder)));
+        }
+    }
 }
 
 /// Tries once to take the lease. `lost` is set when a renewal fails, so the run stops bouncing.
@@ -87,13 +165,18 @@ pub async fn acquire(
                 Err(e) => return Err(err(e)),
             }
         }
-        Some(mut lease) => {
+        Some(lease) => {
+            let mut lease = match wait_expired(&api, name, lease).await.map_err(err)? {
+                Ok(lease) => lease,
+                Err(holder) => return Ok(Acquired::Busy { holder }),
+            };
             let current = lease.spec.clone().unwrap_or_default();
-            if !expired(&current, now) {
-                return Ok(Acquired::Busy {
-                    holder: current.holder_identity.unwrap_or_default(),
-                });
-            }
+            let now = clock();
+            let spec = LeaseSpec {
+                acquire_time: Some(micro(now)),
+                renew_time: Some(micro(now)),
+                ..spec
+            };
             let transitions = current.lease_transitions.unwrap_or(0) + 1;
             lease.spec = Some(LeaseSpec {
                 lease_transitions: Some(transitions),
@@ -217,7 +300,59 @@ async fn renew(
     }
 }
 
+/// Bare pods' attempt marks, from the run Lease's annotation (a missing Lease has none). Read in
+/// every mode: plan and dry run must decide as a run would.
+pub async fn read_bare_marks(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<BareMarks, String> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let lease = with_retries(&format!("read the Lease {namespace}/{name}"), || {
+        api.get_opt(name)
+    })
+    .await
+    .map_err(|e| format!("reading the Lease {namespace}/{name}: {e}"))?;
+    let text = lease.and_then(|l| l.metadata.annotations?.remove(BARE_ATTEMPTS_ANNOTATION));
+    match text {
+        None => Ok(BareMarks::new()),
+        Some(text) => decode_bare(&text).map_err(|e| {
+            format!("annotation {BARE_ATTEMPTS_ANNOTATION} of the Lease {namespace}/{name}: {e}")
+        }),
+    }
+}
+
 impl LeaseGuard {
+    /// Records a bare pod's attempt on the Lease (read-modify-write; a 409 from a concurrent
+    /// renewal is retried). Returns the marks as written.
+    pub async fn record_bare(&self, key: String, attempt: &Attempt) -> Result<BareMarks, String> {
+        let name = self.name.as_str();
+        with_retries(
+            &format!("record the attempt on {key} in the Lease {name}"),
+            || async {
+                let mut lease = self.api.get(name).await?;
+                let annotations = lease
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(Default::default);
+                // An unreadable map made the planner skip every bare pod; starting afresh is safe.
+                let marks = annotations
+                    .get(BARE_ATTEMPTS_ANNOTATION)
+                    .and_then(|t| decode_bare(t).ok())
+                    .unwrap_or_default();
+                let marks = merge_bare(marks, key.clone(), attempt);
+                let text = serde_json::to_string(&marks).unwrap_or_default();
+                annotations.insert(BARE_ATTEMPTS_ANNOTATION.to_string(), text);
+                self.api
+                    .replace(name, &PostParams::default(), &lease)
+                    .await?;
+                Ok(marks)
+            },
+        )
+        .await
+        .map_err(|e| format!("recording the attempt on pod {key} in the Lease {name}: {e}"))
+    }
+
     /// Gives the lease up so the next run need not wait for it to expire.
     pub async fn release(self) {
         self.renewer.abort();
@@ -263,21 +398,59 @@ mod tests {
 
     #[test]
     fn a_lease_expires_after_its_duration_since_the_last_renewal() {
-        let now: DateTime<Utc> = "2026-01-01T03:00:00Z".parse().unwrap();
-        let spec = |holder: Option<&str>, renewed: DateTime<Utc>| LeaseSpec {
+        let spec = |holder: Option<&str>| LeaseSpec {
             holder_identity: holder.map(str::to_string),
             lease_duration_seconds: Some(30),
-            renew_time: Some(micro(renewed)),
+            renew_time: Some(micro("2026-01-01T03:00:00Z".parse().unwrap())),
             ..Default::default()
         };
-        assert!(!expired(
-            &spec(Some("other"), now - chrono::Duration::seconds(10)),
-            now
-        ));
-        assert!(expired(
-            &spec(Some("other"), now - chrono::Duration::minutes(10)),
-            now
-        ));
-        assert!(expired(&spec(None, now), now), "a released lease is free");
+        // "Since the last renewal" as this machine observed it (client-go's rule).
+        let t0 = Instant::now();
+        let seen = observe(None, Record::of(&spec(Some("other"))), t0);
+        assert!(!expired(&seen, t0 + Duration::from_secs(10)));
+        assert!(expired(&seen, t0 + Duration::from_secs(600)));
+        let released = observe(None, Record::of(&spec(None)), t0);
+        assert!(expired(&released, t0), "a released lease is free");
+    }
+
+    /// Safety case 7: expiry is client-go's rule, a function of the records observed and this
+    /// machine's monotonic clock only. A holder whose clock is 10 minutes behind ours keeps its
+    /// live lease; an unchanged record expires after the lease duration observed here; any
+    /// change restarts the count.
+    #[test]
+    fn case7_lease_expiry_is_by_locally_observed_record_change() {
+        let renewed: DateTime<Utc> = "2026-01-01T02:50:00Z".parse().unwrap();
+        let record = |holder: Option<&str>, renewed: DateTime<Utc>| {
+            Record::of(&LeaseSpec {
+                holder_identity: holder.map(str::to_string),
+                lease_duration_seconds: Some(30),
+                renew_time: Some(micro(renewed)),
+                ..Default::default()
+            })
+        };
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // First seen now: its renewTime (10 minutes "old" by our clock) does not matter.
+        let seen = observe(None, record(Some("other"), renewed), t0);
+        assert!(
+            !expired(&seen, at(0)),
+            "a skewed live holder was taken over"
+        );
+        assert!(!expired(&seen, at(29)));
+        // Renewed at 20 s (its clock still behind): the count starts again.
+        let renewed_again = observe(
+            Some(seen.clone()),
+            record(Some("other"), renewed + chrono::Duration::seconds(5)),
+            at(20),
+        );
+        assert_eq!(renewed_again.since, at(20));
+        assert!(!expired(&renewed_again, at(45)));
+        assert!(expired(&renewed_again, at(50)));
+        // Unchanged for the lease duration as observed here: expired.
+        let same = observe(Some(seen), record(Some("other"), renewed), at(31));
+        assert_eq!(same.since, t0);
+        assert!(expired(&same, at(31)));
+        // A released lease is free at once.
+        assert!(expired(&observe(None, record(None, renewed), t0), t0));
     }
 }

@@ -35,6 +35,10 @@ impl Kind {
         Kind::Pod,
     ];
 
+    /// The default of `spec.target.kinds`: a bare pod is bounced only when a policy lists `Pod`,
+    /// because evicting one that nothing recreates removes it for good.
+    pub const CONTROLLERS: [Kind; 3] = [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Deployment => "Deployment",
@@ -92,12 +96,34 @@ pub struct RolloutStatus {
     pub updated: i32,
     pub ready: i32,
     pub available: i32,
-    /// StatefulSet only.
-    pub partition: i32,
+    /// StatefulSet only: `spec.updateStrategy.rollingUpdate`, which kubectl's rule reads.
+    pub rolling_update: StsRollingUpdate,
     pub current_revision: Option<String>,
     pub update_revision: Option<String>,
     /// Deployment's Progressing condition has reason ProgressDeadlineExceeded.
     pub progress_deadline_exceeded: bool,
+}
+
+/// A StatefulSet's `spec.updateStrategy.rollingUpdate` as kubectl's completion rule tells its
+/// cases apart: absent, or present with or without a partition. API defaulting always sets it
+/// (partition 0) on a RollingUpdate StatefulSet; `Unset` is what other kinds carry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StsRollingUpdate {
+    #[default]
+    Unset,
+    Set {
+        partition: Option<i32>,
+    },
+}
+
+impl StsRollingUpdate {
+    /// Ordinals below this keep their pods through a template change (0: none are held).
+    pub fn partition(self) -> i32 {
+        match self {
+            StsRollingUpdate::Set { partition: Some(p) } => p.max(0),
+            _ => 0,
+        }
+    }
 }
 
 /// A workload with the pods the inventory grouped under it.
@@ -111,6 +137,8 @@ pub struct Workload {
     pub pod_selector: String,
     /// The workload's own metadata annotations (bouncer.dev/exclude lives here).
     pub annotations: BTreeMap<String, String>,
+    /// bouncer's mark of its last attempt (metadata annotation; for bare pods, from the Lease).
+    pub attempt: crate::mark::AttemptMark,
     /// kubectl.kubernetes.io/restartedAt from the pod template, if any and parseable.
     pub restarted_at: Option<DateTime<Utc>>,
     pub paused: bool,
@@ -186,4 +214,25 @@ pub struct Inventory {
     pub excluded_namespaces: std::collections::BTreeSet<String>,
     pub pdbs: Vec<Pdb>,
     pub metrics: MetricsState,
+}
+
+impl Inventory {
+    /// Gives each bare pod its mark from the Lease (or, when the Lease could not be read, an
+    /// unreadable mark, so bare pods are skipped rather than bounced without their history).
+    pub fn with_bare_marks(mut self, marks: &Result<crate::mark::BareMarks, String>) -> Inventory {
+        use crate::mark::{AttemptMark, bare_key};
+        for w in self
+            .workloads
+            .iter_mut()
+            .filter(|w| w.target.kind == Kind::Pod)
+        {
+            w.attempt = match marks {
+                Ok(m) => m
+                    .get(&bare_key(&w.target.namespace, &w.target.name))
+                    .map_or(AttemptMark::None, |a| AttemptMark::Seen(a.clone())),
+                Err(e) => AttemptMark::Unreadable(e.clone()),
+            };
+        }
+        self
+    }
 }

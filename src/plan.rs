@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::consts::EXCLUDE_ANNOTATION;
+use crate::mark::AttemptMark;
 use crate::memory::{self, MemoryReading, MemoryState};
 use crate::model::{Inventory, Kind, Pdb, UpdateStrategy, Workload, WorkloadRef};
 use crate::policy::{OnRevert, Policy, RestartMethod};
@@ -16,7 +17,7 @@ use crate::rollout::{self, RolloutState};
 use crate::schedule::ScheduleVerdict;
 
 /// How a bounce restarts its pods.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Method {
     /// The restartedAt patch, then the controller's own rolling update.
@@ -220,7 +221,22 @@ fn decide(
     if w.pods.is_empty() {
         return Err(SkipReason::NoPods);
     }
-    let (triggers, urgency) = triggers(policy, w, inv, now)?;
+    if let AttemptMark::Unreadable(error) = &w.attempt {
+        return Err(SkipReason::BadAttemptMark {
+            error: error.clone(),
+        });
+    }
+    let (triggers, urgency) = match triggers(policy, w, inv, now) {
+        // A fire held back only by our own recent attempt reads as the cooldown while that
+        // lasts (the reason names the attempt's time); after it, the fire stays attempted.
+        Err(SkipReason::NotDue(n))
+            if matches!(n.schedule, Some(ScheduleVerdict::AlreadyAttempted { .. })) =>
+        {
+            cooldown(policy, w, now)?;
+            return Err(SkipReason::NotDue(n));
+        }
+        other => other?,
+    };
     cooldown(policy, w, now)?;
     let method = preflight(policy, w, &inv.pdbs)?;
     Ok((method, triggers, urgency))
@@ -284,6 +300,15 @@ fn triggers(
     }
     if let Some(schedule) = &policy.schedule {
         match schedule.verdict(now, oldest_start(w)) {
+            // bouncer's own mark at or after the fire: this fire was attempted (and failed, or
+            // left pods old); it is not attempted again, whatever the cooldown.
+            ScheduleVerdict::Due { fired: at } if w.attempt.time().is_some_and(|t| t >= at) => {
+                not_due.schedule = Some(ScheduleVerdict::AlreadyAttempted {
+                    fired: at,
+                    at: w.attempt.time().unwrap_or(at),
+                });
+                not_due.next = schedule.next_fire(now);
+            }
             ScheduleVerdict::Due { fired: at } => fired.push(Trigger::Schedule { fired: at }),
             verdict => {
                 not_due.schedule = Some(verdict);
@@ -298,9 +323,10 @@ fn triggers(
     }
 }
 
-/// Skip while the last restart (ours, kubectl's, or a fresh deploy) is younger than the cooldown.
+/// Skip while the last restart (ours, kubectl's, or a fresh deploy) or bouncer's last attempt
+/// (whatever its method and outcome) is younger than the cooldown.
 pub fn cooldown(policy: &Policy, w: &Workload, now: DateTime<Utc>) -> Result<(), SkipReason> {
-    let last = [w.restarted_at, oldest_start(w)]
+    let last = [w.restarted_at, oldest_start(w), w.attempt.time()]
         .into_iter()
         .flatten()
         .max();
@@ -319,6 +345,24 @@ pub fn preflight(policy: &Policy, w: &Workload, pdbs: &[Pdb]) -> Result<Method, 
     let method = method_for(policy, w)?;
     if w.paused {
         return Err(SkipReason::Paused);
+    }
+    // A held partition is an operator's staged rollout: restarting would roll only part of the
+    // workload, and the held pods would keep it due forever.
+    let partition = w.status.rolling_update.partition();
+    if w.target.kind == Kind::StatefulSet && partition > 0 {
+        return Err(SkipReason::Partitioned { partition });
+    }
+    // OnDelete workloads always look rolled out; their updated count tells whether every pod
+    // runs the current template. Evicting the others would deploy a change nobody rolled out.
+    if method == Method::Evict
+        && matches!(w.target.kind, Kind::StatefulSet | Kind::DaemonSet)
+        && (w.status.updated < w.status.desired
+            || w.status.generation > w.status.observed_generation)
+    {
+        return Err(SkipReason::PendingTemplate {
+            updated: w.status.updated,
+            desired: w.status.desired,
+        });
     }
     if w.target.kind == Kind::Pod {
         let pod = &w.pods[0];

@@ -91,6 +91,7 @@ fn deployment(ns: &str, name: &str, app: &str, pods: Vec<PodSample>) -> Workload
         template_labels: labels(&[("app", app)]),
         pod_selector: format!("app={app}"),
         annotations: BTreeMap::new(),
+        attempt: Default::default(),
         restarted_at: None,
         paused: false,
         strategy: UpdateStrategy::RollingUpdate,
@@ -492,4 +493,133 @@ fn unsupported_owners_and_unlisted_kinds_are_reported() {
             name: "nightly-job".into()
         }
     );
+}
+
+/// An OnDelete StatefulSet of `n` pods (all at the current template unless changed).
+fn statefulset(name: &str, n: usize, strategy: UpdateStrategy) -> Workload {
+    let pods = (0..n)
+        .map(|i| pod(&format!("{name}-{i}"), "x", OLD, Some(900)))
+        .collect();
+    let mut s = deployment("a", name, "x", pods);
+    s.target.kind = Kind::StatefulSet;
+    s.strategy = strategy;
+    s.min_ready_during_restart = n as i32 - 1;
+    s
+}
+
+/// Safety case 2: a policy that does not list `Pod` never evicts a bare pod, even with
+/// `allowDowntime: true` (nothing may recreate it).
+#[test]
+fn case2_bare_pods_only_when_listed() {
+    let text = "apiVersion: bouncer.dev/v1alpha1\nkind: BouncePolicy\nmetadata: {name: web}\nspec:\n  target: {selector: {matchLabels: {app: x}}}\n  triggers: {memory: {above: 512Mi}}\n  allowDowntime: true\n";
+    let parsed = crate::policy::parse_str("p.yaml", text).unwrap();
+    let mut orphan = deployment("a", "orphan", "x", vec![pod("orphan", "x", OLD, Some(900))]);
+    orphan.target.kind = Kind::Pod;
+    orphan.min_ready_during_restart = 0;
+    let plan = run(&parsed, &inventory(vec![orphan.clone()]));
+    assert!(plan.bounces.is_empty(), "{:?}", names(&plan));
+    assert_eq!(reason_of(&plan, "orphan").code(), "kindNotSelected");
+    let mut listed = parsed[0].clone();
+    listed.kinds.push(Kind::Pod);
+    assert_eq!(names(&run(&[listed], &inventory(vec![orphan]))), ["orphan"]);
+}
+
+/// Safety case 3: eviction never rolls out a template change nobody has rolled out yet.
+#[test]
+fn case3_pending_template_is_not_rolled_out_by_eviction() {
+    let mut sts = statefulset("db", 3, UpdateStrategy::OnDelete);
+    sts.status.updated = 1;
+    let mut ds = statefulset("agent", 2, UpdateStrategy::OnDelete);
+    ds.target.kind = Kind::DaemonSet;
+    ds.status.updated = 0;
+    let current = statefulset("ok", 2, UpdateStrategy::OnDelete);
+    let plan = run(
+        &[over(policy("m", "x"), 512)],
+        &inventory(vec![sts, ds, current]),
+    );
+    assert_eq!(names(&plan), ["ok"]);
+    for name in ["db", "agent"] {
+        let reason = reason_of(&plan, name);
+        assert_eq!(reason.code(), "pendingTemplate", "{name}: {reason}");
+        assert!(reason.to_string().contains("current template"), "{reason}");
+    }
+}
+
+/// Safety case 4 (planning): a partitioned StatefulSet is skipped with a reason, never
+/// patched (the patch would roll only ordinals >= partition and leave the rest old forever).
+#[test]
+fn case4_partition_is_skipped_with_a_reason() {
+    let mut part = statefulset("db", 3, UpdateStrategy::RollingUpdate);
+    let json = serde_json::json!({
+        "metadata": {"name": "db", "namespace": "a", "generation": 1},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "x"}},
+                 "template": {"metadata": {"labels": {"app": "x"}}},
+                 "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 2}}},
+        "status": {"observedGeneration": 1, "replicas": 3, "readyReplicas": 3, "availableReplicas": 3,
+                   "updatedReplicas": 3, "currentRevision": "r1", "updateRevision": "r1"}
+    });
+    let served =
+        Workload::from(serde_json::from_value::<crate::convert::wire::StatefulSet>(json).unwrap());
+    part.status = served.status;
+    let plan = run(&[over(policy("m", "x"), 512)], &inventory(vec![part]));
+    assert!(plan.bounces.is_empty(), "{:?}", names(&plan));
+    let reason = reason_of(&plan, "db");
+    assert_eq!(reason.code(), "partitioned", "{reason}");
+    assert!(reason.to_string().contains("partition 2"), "{reason}");
+}
+
+/// Safety case 1 (planning): bouncer's attempt mark on the workload's metadata is honoured by
+/// the cooldown and by the schedule (one attempt per fire), whatever its method and outcome.
+#[test]
+fn case1_attempt_mark_is_honoured_by_cooldown_and_schedule() {
+    let served = |mark: &str| {
+        let json = serde_json::json!({
+            "metadata": {"name": "db", "namespace": "a", "generation": 1,
+                         "annotations": {"bouncer.dev/last-attempt": mark}},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "x"}},
+                     "template": {"metadata": {"labels": {"app": "x"}}},
+                     "updateStrategy": {"type": "OnDelete"}},
+            "status": {"observedGeneration": 1, "replicas": 2, "readyReplicas": 2,
+                       "availableReplicas": 2, "updatedReplicas": 2}
+        });
+        let mut w = Workload::from(
+            serde_json::from_value::<crate::convert::wire::StatefulSet>(json).unwrap(),
+        );
+        w.pods = vec![pod("db-0", "x", OLD, None), pod("db-1", "x", OLD, None)];
+        w.min_ready_during_restart = 1;
+        w
+    };
+    let mark = |time: &str| {
+        format!(r#"{{"time":"{time}","policy":"n","method":"evict","outcome":"failed"}}"#)
+    };
+    let mut p = nightly(policy("n", "x"));
+    p.cooldown = Duration::from_secs(60);
+    // Failed eviction at 03:05 for the 03:00 fire; cooldown passed, pods still old: not again.
+    let plan = run(
+        &[p.clone()],
+        &inventory(vec![served(&mark("2026-03-10T03:05:00Z"))]),
+    );
+    assert!(plan.bounces.is_empty(), "{:?}", names(&plan));
+    let reason = reason_of(&plan, "db").to_string();
+    assert!(reason.contains("already attempted"), "{reason}");
+    // Within the cooldown of the mark (whatever triggers): cooldown.
+    let mut memory = over(policy("m", "x"), 1);
+    memory.cooldown = Duration::from_secs(3600);
+    let mut hot = served(&mark("2026-03-10T03:10:00Z"));
+    hot.pods = vec![
+        pod("db-0", "x", OLD, Some(900)),
+        pod("db-1", "x", OLD, Some(900)),
+    ];
+    let plan = run(&[memory], &inventory(vec![hot]));
+    assert_eq!(reason_of(&plan, "db").code(), "cooldown");
+    // A mark from before the fire does not hold it back; an unreadable one is a skip.
+    assert_eq!(
+        names(&run(
+            &[p.clone()],
+            &inventory(vec![served(&mark("2026-03-09T03:05:00Z"))])
+        )),
+        ["db"]
+    );
+    let bad = run(&[p], &inventory(vec![served("yesterday")]));
+    assert_eq!(reason_of(&bad, "db").code(), "badAttemptMark");
 }

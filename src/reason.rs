@@ -85,6 +85,17 @@ pub enum SkipReason {
         desired: i32,
     },
     OnDelete,
+    /// An OnDelete StatefulSet/DaemonSet whose pods are not all at its current template:
+    /// evicting them would deploy a template change nobody has rolled out yet.
+    PendingTemplate {
+        updated: i32,
+        desired: i32,
+    },
+    /// A StatefulSet with `rollingUpdate.partition > 0`: a restart would roll only the ordinals
+    /// at or above it and leave the held ones old (due again at every run).
+    Partitioned {
+        partition: i32,
+    },
     BarePodNoRollout,
     Downtime,
     PdbBlocks {
@@ -98,6 +109,10 @@ pub enum SkipReason {
     },
     Claimed {
         policy: String,
+    },
+    /// bouncer's own attempt mark cannot be read: without it a failed bounce could repeat.
+    BadAttemptMark {
+        error: String,
     },
     /// The restartedAt annotation changed between the plan and the fresh read.
     RestartedMeanwhile,
@@ -122,12 +137,15 @@ impl SkipReason {
             SkipReason::RolloutInProgress { .. } => "rolloutInProgress",
             SkipReason::NotAvailable { .. } => "notAvailable",
             SkipReason::OnDelete => "onDelete",
+            SkipReason::PendingTemplate { .. } => "pendingTemplate",
+            SkipReason::Partitioned { .. } => "partitioned",
             SkipReason::BarePodNoRollout => "barePodNoRollout",
             SkipReason::Downtime => "downtime",
             SkipReason::PdbBlocks { .. } => "pdbBlocks",
             SkipReason::PolicyCap { .. } => "policyCap",
             SkipReason::GlobalCap { .. } => "globalCap",
             SkipReason::Claimed { .. } => "claimed",
+            SkipReason::BadAttemptMark { .. } => "badAttemptMark",
             SkipReason::RestartedMeanwhile => "restartedMeanwhile",
             SkipReason::ReadFailed { .. } => "readFailed",
         }
@@ -169,6 +187,14 @@ impl fmt::Display for SkipReason {
                     "updateStrategy OnDelete: restartedAt would not replace pods (restart.method: rollout)"
                 )
             }
+            SkipReason::PendingTemplate { updated, desired } => write!(
+                f,
+                "only {updated} of {desired} pods are at the current template: evicting would roll out a pending template change"
+            ),
+            SkipReason::Partitioned { partition } => write!(
+                f,
+                "updateStrategy partition {partition}: a restart would leave ordinals below it old"
+            ),
             SkipReason::BarePodNoRollout => {
                 write!(f, "bare pod has no rollout (restart.method: rollout)")
             }
@@ -182,6 +208,11 @@ impl fmt::Display for SkipReason {
             SkipReason::PolicyCap { max } => write!(f, "maxPerRun {max} reached"),
             SkipReason::GlobalCap { max } => write!(f, "max bounces per run ({max}) reached"),
             SkipReason::Claimed { policy } => write!(f, "bounced this run by policy {policy}"),
+            SkipReason::BadAttemptMark { error } => write!(
+                f,
+                "unreadable attempt mark ({}): {error}",
+                crate::consts::ATTEMPT_ANNOTATION
+            ),
             SkipReason::RestartedMeanwhile => write!(f, "restarted by someone else since the plan"),
             SkipReason::ReadFailed { error } => {
                 write!(f, "could not re-read before acting: {error}")
@@ -217,6 +248,13 @@ impl fmt::Display for NotDue {
             parts.push(match s {
                 ScheduleVerdict::AlreadyRestarted { fired } => {
                     format!("schedule: restarted since {}", rfc3339(*fired))
+                }
+                ScheduleVerdict::AlreadyAttempted { fired, at } => {
+                    format!(
+                        "schedule: fire {} already attempted at {}",
+                        rfc3339(*fired),
+                        rfc3339(*at)
+                    )
                 }
                 ScheduleVerdict::Missed { fired } => {
                     format!(

@@ -69,6 +69,9 @@ pub struct Row {
     pub completed_at: Option<String>,
     pub duration_seconds: Option<f64>,
     pub verification: Option<String>,
+    /// When the run's final re-check, right before this report, last saw the bounce's
+    /// restartedAt intact (rollouts that were verified); null otherwise.
+    pub last_confirmed: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -121,6 +124,7 @@ pub fn build(plan: &Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
             completed_at: None,
             duration_seconds: None,
             verification: None,
+            last_confirmed: None,
         };
         if let Some(o) = outcome {
             row.decision = o.status.code().into();
@@ -129,6 +133,7 @@ pub fn build(plan: &Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
             row.completed_at = o.completed_at.map(rfc3339);
             row.duration_seconds = secs(o.started, o.finished);
             row.verification = o.verification.clone();
+            row.last_confirmed = o.last_confirmed.map(rfc3339);
             match &o.status {
                 Status::Bounced => summary.bounced += 1,
                 Status::RevertedEvicted { .. } => summary.bounced += 1,
@@ -173,6 +178,7 @@ pub fn build(plan: &Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
             completed_at: None,
             duration_seconds: None,
             verification: None,
+            last_confirmed: None,
         });
     }
     Report {

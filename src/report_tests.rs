@@ -71,6 +71,9 @@ fn fixture() -> (Plan, Vec<Outcome>) {
         completed_at: Some(t("2026-12-02T16:20:51Z") + chrono::Duration::seconds(secs)),
         finished: Some(t("2026-12-02T16:20:51Z") + chrono::Duration::seconds(secs)),
         verification: Some("restartedAt intact, 1/1 pods new and ready".into()),
+        written: Some("2026-12-02T16:20:51Z".into()),
+        attempt: None,
+        last_confirmed: Some(t("2026-12-02T16:21:10Z")),
     };
     let outcomes = vec![
         outcome("fetch", Status::Bounced, 9),
@@ -80,6 +83,7 @@ fn fixture() -> (Plan, Vec<Outcome>) {
             completed_at: None,
             finished: None,
             verification: None,
+            last_confirmed: None,
             ..outcome("github", Status::NotAttempted, 0)
         },
     ];
@@ -155,6 +159,7 @@ fn json_has_the_documented_stable_fields() {
     assert_eq!(first["memory"]["usage"], 501u64 << 20);
     assert_eq!(first["triggers"][0]["type"], "memory");
     assert_eq!(first["patchedAt"], "2026-12-02T16:20:51Z");
+    assert_eq!(first["lastConfirmed"], "2026-12-02T16:21:10Z");
     let skip = &v["rows"][2];
     assert_eq!(skip["order"], serde_json::Value::Null);
     assert_eq!(skip["reasonCode"], "paused");

@@ -13,9 +13,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde_json::json;
 
-use crate::consts::{FIELD_MANAGER, RESTARTED_AT};
+use crate::consts::{ATTEMPT_ANNOTATION, FIELD_MANAGER, RESTARTED_AT};
 use crate::convert;
 use crate::error::ClusterError;
+use crate::mark::Attempt;
 use crate::model::{Kind, Workload, WorkloadRef};
 use crate::reason::rfc3339;
 
@@ -59,52 +60,20 @@ pub struct Patched {
 }
 
 /// Writes exactly what `kubectl rollout restart` writes: a strategic-merge patch of the pod
-/// template's restartedAt annotation (RFC3339, seconds).
+/// template's restartedAt annotation (RFC3339, seconds). The same patch writes bouncer's
+/// attempt mark on the workload's metadata, so no restart can happen without its mark.
 pub async fn patch_restarted_at(
     client: &Client,
     target: &WorkloadRef,
     at: DateTime<Utc>,
+    mark: &Attempt,
 ) -> Result<Patched, ClusterError> {
     let value = rfc3339(at);
-    let body = json!({"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: value}}}}});
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    let ns = target.namespace.as_str();
-    let patched = with_retries(&format!("patch {target}"), || {
-        let patch = Patch::Strategic(&body);
-        let (client, params, name) = (client.clone(), &params, target.name.as_str());
-        async move {
-            use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-            fn seen<K: Resource>(obj: K, f: fn(&K) -> Workload) -> (Workload, String) {
-                (
-                    f(&obj),
-                    obj.meta().resource_version.clone().unwrap_or_default(),
-                )
-            }
-            match target.kind {
-                Kind::Deployment => Api::<Deployment>::namespaced(client, ns)
-                    .patch(name, params, &patch)
-                    .await
-                    .map(|d| seen(d, convert::deployment)),
-                Kind::StatefulSet => Api::<StatefulSet>::namespaced(client, ns)
-                    .patch(name, params, &patch)
-                    .await
-                    .map(|s| seen(s, convert::statefulset)),
-                Kind::DaemonSet => Api::<DaemonSet>::namespaced(client, ns)
-                    .patch(name, params, &patch)
-                    .await
-                    .map(|d| seen(d, convert::daemonset)),
-                Kind::Pod => unreachable!("bare pods are evicted, never patched"),
-            }
-        }
-    })
-    .await;
-    let (workload, resource_version) = patched.map_err(|source| ClusterError::Patch {
-        target: target.clone(),
-        source,
-    })?;
+    let body = json!({
+        "metadata": {"annotations": {ATTEMPT_ANNOTATION: mark.encode()}},
+        "spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: value}}}},
+    });
+    let (workload, resource_version) = patch(client, target, &body).await?;
     Ok(Patched {
         value,
         workload,
@@ -112,17 +81,66 @@ pub async fn patch_restarted_at(
     })
 }
 
-/// The Eviction API version the server serves: policy/v1, else policy/v1beta1 (as kubectl drain picks).
-pub async fn eviction_version(client: &Client) -> Result<&'static str, kube::Error> {
-    let groups = with_retries("discover API groups", || client.list_api_groups()).await?;
-    let policy = groups.groups.iter().find(|g| g.name == "policy");
-    let has_v1 = policy.is_some_and(|g| g.versions.iter().any(|v| v.version == "v1"));
-    Ok(if has_v1 {
-        "policy/v1"
-    } else {
-        "policy/v1beta1"
+/// Writes only the attempt mark (metadata, so nothing rolls) and returns the workload as the
+/// patch left it, pod template included: the run's final check of its restartedAt.
+pub async fn patch_mark(
+    client: &Client,
+    target: &WorkloadRef,
+    mark: &Attempt,
+) -> Result<Workload, ClusterError> {
+    let body = json!({"metadata": {"annotations": {ATTEMPT_ANNOTATION: mark.encode()}}});
+    Ok(patch(client, target, &body).await?.0)
+}
+
+/// One strategic-merge patch of a controller as bouncer's field manager, with retries.
+async fn patch(
+    client: &Client,
+    target: &WorkloadRef,
+    body: &serde_json::Value,
+) -> Result<(Workload, String), ClusterError> {
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let ns = target.namespace.as_str();
+    let patched = with_retries(&format!("patch {target}"), || {
+        let patch = Patch::Strategic(body);
+        let (client, params, name) = (client.clone(), &params, target.name.as_str());
+        async move {
+            use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+            type Convert<K> = fn(&K) -> Result<Workload, convert::wire::RereadError>;
+            fn seen<K: Resource>(obj: K, f: Convert<K>) -> Result<(Workload, String), kube::Error> {
+                Ok((
+                    f(&obj)?,
+                    obj.meta().resource_version.clone().unwrap_or_default(),
+                ))
+            }
+            match target.kind {
+                Kind::Deployment => Api::<Deployment>::namespaced(client, ns)
+                    .patch(name, params, &patch)
+                    .await
+                    .and_then(|d| seen(d, convert::deployment)),
+                Kind::StatefulSet => Api::<StatefulSet>::namespaced(client, ns)
+                    .patch(name, params, &patch)
+                    .await
+                    .and_then(|s| seen(s, convert::statefulset)),
+                Kind::DaemonSet => Api::<DaemonSet>::namespaced(client, ns)
+                    .patch(name, params, &patch)
+                    .await
+                    .and_then(|d| seen(d, convert::daemonset)),
+                Kind::Pod => unreachable!("bare pods are evicted, never patched"),
+            }
+        }
+    })
+    .await;
+    patched.map_err(|source| ClusterError::Patch {
+        target: target.clone(),
+        source,
     })
 }
+
+/// The Eviction API: policy/v1, served from v1.21 (the oldest release bouncer supports).
+pub const EVICTION_API: &str = "policy/v1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum EvictError {
@@ -135,17 +153,21 @@ pub enum EvictError {
     NoReplacement { pod: String, detail: String },
 }
 
-/// Evicts one pod, retrying while a PodDisruptionBudget answers 429, until `deadline`.
+/// Evicts one pod, retrying while a PodDisruptionBudget answers 429, until `deadline`. The UID
+/// precondition makes the eviction hit only the pod that existed before the bounce, never a
+/// replacement that took its name (a StatefulSet's): the server then answers 409, which means
+/// that pod is already gone.
 pub async fn evict(
     client: &Client,
     namespace: &str,
     pod: &str,
-    version: &str,
+    uid: &str,
     deadline: tokio::time::Instant,
 ) -> Result<(), EvictError> {
     let body = serde_json::to_vec(&json!({
-        "apiVersion": version, "kind": "Eviction",
+        "apiVersion": EVICTION_API, "kind": "Eviction",
         "metadata": {"name": pod, "namespace": namespace},
+        "deleteOptions": {"preconditions": {"uid": uid}},
     }))
     .expect("static JSON serializes");
     let url = format!("/api/v1/namespaces/{namespace}/pods/{pod}/eviction");
@@ -168,7 +190,7 @@ pub async fn evict(
         };
         match answer {
             Ok(_) => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => return Ok(()),
             Err(e) if matches!(&e, kube::Error::Api(s) if s.code == 429) || transient(&e) => {
                 if tokio::time::Instant::now() + delay > deadline {
                     return Err(refused(Some(e.to_string())));
@@ -186,6 +208,22 @@ pub async fn evict(
                 }
                 .into());
             }
+        }
+    }
+}
+
+fn uid(p: &Pod) -> String {
+    p.metadata.uid.clone().unwrap_or_default()
+}
+
+/// (ready, deleting) of a watched pod; one that does not convert counts as not ready (fail
+/// closed: it cannot stand in for the evicted pod).
+fn readiness(p: &Pod) -> (bool, bool) {
+    match convert::pod_sample(p) {
+        Ok(s) => (s.ready, s.deleting),
+        Err(e) => {
+            tracing::warn!("{e}");
+            (false, true)
         }
     }
 }
@@ -222,13 +260,11 @@ pub async fn wait_replaced(
             match events.try_next().await {
                 Ok(Some(watcher::Event::Init)) => init.clear(),
                 Ok(Some(watcher::Event::InitApply(p))) => {
-                    let s = convert::pod_sample(&p);
-                    init.insert(s.uid, (s.ready, s.deleting));
+                    init.insert(uid(&p), readiness(&p));
                 }
                 Ok(Some(watcher::Event::InitDone)) => pods = std::mem::take(&mut init),
                 Ok(Some(watcher::Event::Apply(p))) => {
-                    let s = convert::pod_sample(&p);
-                    pods.insert(s.uid, (s.ready, s.deleting));
+                    pods.insert(uid(&p), readiness(&p));
                 }
                 Ok(Some(watcher::Event::Delete(p))) => {
                     pods.remove(p.metadata.uid.as_deref().unwrap_or_default());

@@ -11,7 +11,7 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::convert;
-use crate::model::{Kind, RolloutStatus, UpdateStrategy, Workload, WorkloadRef};
+use crate::model::{Kind, RolloutStatus, StsRollingUpdate, UpdateStrategy, Workload, WorkloadRef};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RolloutState {
@@ -81,23 +81,28 @@ pub fn state(kind: Kind, strategy: UpdateStrategy, s: &RolloutStatus) -> Rollout
             if strategy == UpdateStrategy::OnDelete {
                 return Complete;
             }
-            if s.partition > 0 {
-                let wanted = s.desired - s.partition;
-                if s.updated < wanted {
-                    return InProgress(format!(
-                        "partitioned roll out: {} of {} new pods updated",
-                        s.updated, wanted
-                    ));
+            // kubectl (StatefulSetStatusViewer): with rollingUpdate set, which API defaulting
+            // always does, the partition count decides and the revisions are never compared;
+            // `spec.replicas` is always set on a served object (defaulted to 1).
+            match s.rolling_update {
+                StsRollingUpdate::Set {
+                    partition: Some(partition),
+                } => {
+                    let wanted = s.desired - partition;
+                    if s.updated < wanted {
+                        return InProgress(format!(
+                            "partitioned roll out: {} of {} new pods updated",
+                            s.updated, wanted
+                        ));
+                    }
+                    Complete
                 }
-                return Complete;
+                StsRollingUpdate::Set { partition: None } => Complete,
+                StsRollingUpdate::Unset if s.update_revision != s.current_revision => InProgress(
+                    format!("{} of {} pods at the new revision", s.updated, s.desired),
+                ),
+                StsRollingUpdate::Unset => Complete,
             }
-            if s.update_revision != s.current_revision {
-                return InProgress(format!(
-                    "{} of {} pods at the new revision",
-                    s.updated, s.desired
-                ));
-            }
-            Complete
         }
         Kind::Pod => Complete,
     }
@@ -115,6 +120,11 @@ pub enum WaitError {
     Failed { target: WorkloadRef, reason: String },
     #[error("{target} was deleted during the rollout")]
     Deleted { target: WorkloadRef },
+    #[error("rollout of {target}: {source}")]
+    Convert {
+        target: WorkloadRef,
+        source: Box<crate::convert::wire::RereadError>,
+    },
     #[error("interrupted while waiting for the rollout of {target}")]
     Interrupted { target: WorkloadRef },
 }
@@ -148,6 +158,9 @@ pub async fn wait(
     }
 }
 
+/// Converts a watched object at the edge.
+type ToWorkload<K> = fn(&K) -> Result<Workload, crate::convert::wire::RereadError>;
+
 /// Follows one workload's rollout; `last` keeps kubectl's latest progress message.
 struct Progress<'a> {
     target: &'a WorkloadRef,
@@ -173,6 +186,20 @@ impl Progress<'_> {
         }
     }
 
+    /// A watched object: one that does not convert fails the wait (closed, naming it).
+    fn observe_obj(
+        &mut self,
+        w: Result<Workload, crate::convert::wire::RereadError>,
+    ) -> Option<Result<(), WaitError>> {
+        match w {
+            Ok(w) => self.observe(&w),
+            Err(source) => Some(Err(WaitError::Convert {
+                target: self.target.clone(),
+                source: Box::new(source),
+            })),
+        }
+    }
+
     fn deleted(&self) -> Result<(), WaitError> {
         Err(WaitError::Deleted {
             target: self.target.clone(),
@@ -185,7 +212,7 @@ async fn watch<K>(
     target: &WorkloadRef,
     timeout: Duration,
     start: Start<'_>,
-    to_workload: fn(&K) -> Workload,
+    to_workload: ToWorkload<K>,
 ) -> Result<(), WaitError>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
@@ -214,7 +241,7 @@ where
         loop {
             match events.try_next().await {
                 Ok(Some(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj))) => {
-                    if let Some(done) = progress.observe(&to_workload(&obj)) {
+                    if let Some(done) = progress.observe_obj(to_workload(&obj)) {
                         return done;
                     }
                 }
@@ -247,7 +274,7 @@ async fn watch_from<K>(
     api: &Api<K>,
     fields: &str,
     mut from: String,
-    to_workload: fn(&K) -> Workload,
+    to_workload: ToWorkload<K>,
     progress: &mut Progress<'_>,
 ) -> Option<Result<(), WaitError>>
 where
@@ -267,7 +294,7 @@ where
         while let Some(event) = events.next().await {
             match event {
                 Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj)) => {
-                    if let Some(done) = progress.observe(&to_workload(&obj)) {
+                    if let Some(done) = progress.observe_obj(to_workload(&obj)) {
                         return Some(done);
                     }
                     from = obj.meta().resource_version.clone().unwrap_or(from);
@@ -356,7 +383,7 @@ mod tests {
             RolloutState::InProgress(_)
         ));
         let mut part = status(3, 3, 4, 4, 1, 4);
-        part.partition = 2;
+        part.rolling_update = StsRollingUpdate::Set { partition: Some(2) };
         part.current_revision = Some("a".into());
         part.update_revision = Some("b".into());
         assert!(matches!(
@@ -392,6 +419,63 @@ mod tests {
         ));
         assert_eq!(
             state(Kind::DaemonSet, ru, &status(2, 2, 2, 2, 2, 2)),
+            RolloutState::Complete
+        );
+    }
+}
+
+#[cfg(test)]
+mod kubectl_rule_tests {
+    use super::*;
+
+    /// A StatefulSet as the API server serves it (defaulting always sets rollingUpdate).
+    fn served(rolling_update: serde_json::Value, status: serde_json::Value) -> Workload {
+        let mut strategy = serde_json::json!({"type": "RollingUpdate"});
+        if !rolling_update.is_null() {
+            strategy["rollingUpdate"] = rolling_update;
+        }
+        let json = serde_json::json!({
+            "metadata": {"name": "db", "namespace": "a", "generation": 2},
+            "spec": {"replicas": 3, "selector": {}, "template": {}, "updateStrategy": strategy},
+            "status": status,
+        });
+        Workload::from(serde_json::from_value::<crate::convert::wire::StatefulSet>(json).unwrap())
+    }
+
+    /// Safety case 5: kubectl takes the partition branch whenever rollingUpdate is set (done
+    /// when updatedReplicas >= replicas - partition), and compares revisions only without it.
+    #[test]
+    fn case5_statefulset_completion_is_kubectls_rule() {
+        let st = |w: &Workload| state(Kind::StatefulSet, w.strategy, &w.status);
+        // All pods updated and ready; the controller has not yet moved currentRevision.
+        let status = serde_json::json!({"observedGeneration": 2, "replicas": 3, "readyReplicas": 3,
+            "updatedReplicas": 3, "currentRevision": "a", "updateRevision": "b"});
+        let defaulted = served(serde_json::json!({"partition": 0}), status.clone());
+        assert_eq!(st(&defaulted), RolloutState::Complete);
+        // rollingUpdate present without partition: kubectl skips the count and is done.
+        let empty = served(serde_json::json!({}), status.clone());
+        assert_eq!(st(&empty), RolloutState::Complete);
+        // Without rollingUpdate, the revisions decide.
+        let bare = served(serde_json::Value::Null, status);
+        assert!(
+            matches!(st(&bare), RolloutState::InProgress(_)),
+            "{:?}",
+            st(&bare)
+        );
+        // Revisions equal but updatedReplicas short: kubectl (partition 0) still waits.
+        let short = serde_json::json!({"observedGeneration": 2, "replicas": 3, "readyReplicas": 3,
+            "updatedReplicas": 2, "currentRevision": "b", "updateRevision": "b"});
+        let waiting = served(serde_json::json!({"partition": 0}), short.clone());
+        assert!(matches!(st(&waiting), RolloutState::InProgress(m) if m.contains("2 of 3")));
+        assert_eq!(
+            st(&served(serde_json::Value::Null, short)),
+            RolloutState::Complete
+        );
+        // Partition 1: done at 2 updated.
+        let two = serde_json::json!({"observedGeneration": 2, "replicas": 3, "readyReplicas": 3,
+            "updatedReplicas": 2, "currentRevision": "a", "updateRevision": "b"});
+        assert_eq!(
+            st(&served(serde_json::json!({"partition": 1}), two)),
             RolloutState::Complete
         );
     }

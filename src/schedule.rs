@@ -38,6 +38,11 @@ pub enum ScheduleVerdict {
     Due { fired: DateTime<Utc> },
     /// Every pod started at or after the latest fire (a re-run, a manual restart, a fresh deploy).
     AlreadyRestarted { fired: DateTime<Utc> },
+    /// bouncer's mark says it attempted this fire (whatever came of it): one attempt per fire.
+    AlreadyAttempted {
+        fired: DateTime<Utc>,
+        at: DateTime<Utc>,
+    },
     /// The latest fire is older than the starting deadline (e.g. a missed night).
     Missed { fired: DateTime<Utc> },
     /// The workload has no pods (or none with a start time): there is nothing to restart.

@@ -20,37 +20,43 @@ pub enum Verdict {
     Verified { pods: usize },
     /// The annotation was removed or rewritten by someone else.
     Reverted { found: Option<String> },
-    /// Annotation intact, but some pods are old or not ready.
-    Incomplete { detail: String },
+    /// Annotation intact, but `old` pods are from before the bounce, or some are not ready.
+    Incomplete { old: usize, detail: String },
 }
 
-/// Pure check of a fresh read against what the bounce wrote.
-pub fn check(
-    w: &Workload,
-    written: &str,
-    patched_at: DateTime<Utc>,
-    old_uids: &BTreeSet<String>,
-) -> Verdict {
+/// The pod label the StatefulSet controller sets to the revision a pod was created from.
+const REVISION_LABEL: &str = "controller-revision-hash";
+
+/// Pure check of a fresh read against what the bounce wrote. A pod is new by identity: its UID
+/// did not exist before the patch (and a StatefulSet's pod is at the update revision), never by
+/// comparing its node's clock (startTime) with bouncer's. The desired count is not compared: an
+/// autoscaler may change it during the settle, and kubectl's completion rule already counted.
+pub fn check(w: &Workload, written: &str, old_uids: &BTreeSet<String>) -> Verdict {
     let found = w.restarted_at.map(rfc3339);
     if found.as_deref() != Some(written) {
         return Verdict::Reverted { found };
     }
-    // startTime has whole seconds; a pod started in the second of the patch is new.
-    let since = patched_at
-        .duration_trunc(TimeDelta::seconds(1))
-        .unwrap_or(patched_at);
+    let update_revision = match w.target.kind {
+        Kind::StatefulSet => w.status.update_revision.as_deref(),
+        _ => None,
+    };
     let live: Vec<_> = w.pods.iter().filter(|p| !p.deleting).collect();
     let old = live
         .iter()
-        .filter(|p| old_uids.contains(&p.uid) || p.started.is_none_or(|s| s < since))
+        .filter(|p| {
+            let stale_revision = update_revision
+                .zip(p.labels.get(REVISION_LABEL))
+                .is_some_and(|(want, has)| want != has);
+            old_uids.contains(&p.uid) || stale_revision
+        })
         .count();
     let unready = live.iter().filter(|p| !p.ready).count();
-    if old > 0 || unready > 0 || (live.len() as i32) < w.status.desired {
+    if old > 0 || unready > 0 || live.is_empty() {
         return Verdict::Incomplete {
+            old,
             detail: format!(
-                "{} pods: {old} from before the bounce, {unready} not ready, {} desired",
-                live.len(),
-                w.status.desired
+                "{} pods: {old} from before the bounce, {unready} not ready",
+                live.len()
             ),
         };
     }
@@ -184,6 +190,7 @@ mod tests {
             template_labels: Default::default(),
             pod_selector: String::new(),
             annotations: Default::default(),
+            attempt: Default::default(),
             restarted_at: annotation.map(|a| a.parse().unwrap()),
             paused: false,
             strategy: UpdateStrategy::RollingUpdate,
@@ -199,7 +206,6 @@ mod tests {
 
     #[test]
     fn verified_only_when_annotation_is_ours_and_all_pods_are_new() {
-        let at: DateTime<Utc> = "2026-01-01T03:00:00.600Z".parse().unwrap();
         let written = "2026-01-01T03:00:00Z";
         let old: BTreeSet<String> = ["a".to_string()].into();
         let fresh = vec![
@@ -207,16 +213,16 @@ mod tests {
             pod("c", "2026-01-01T03:00:05Z", true),
         ];
         assert_eq!(
-            check(&workload(Some(written), fresh.clone()), written, at, &old),
+            check(&workload(Some(written), fresh.clone()), written, &old),
             Verdict::Verified { pods: 2 }
         );
         assert_eq!(
-            check(&workload(None, fresh.clone()), written, at, &old),
+            check(&workload(None, fresh.clone()), written, &old),
             Verdict::Reverted { found: None }
         );
         let other = "2026-01-01T02:00:00Z";
         assert_eq!(
-            check(&workload(Some(other), fresh), written, at, &old),
+            check(&workload(Some(other), fresh), written, &old),
             Verdict::Reverted {
                 found: Some(other.into())
             }
@@ -226,7 +232,7 @@ mod tests {
             pod("c", "2026-01-01T03:00:05Z", true),
         ];
         assert!(matches!(
-            check(&workload(Some(written), mixed), written, at, &old),
+            check(&workload(Some(written), mixed), written, &old),
             Verdict::Incomplete { .. }
         ));
         let unready = vec![
@@ -234,7 +240,7 @@ mod tests {
             pod("c", "2026-01-01T03:00:05Z", true),
         ];
         assert!(matches!(
-            check(&workload(Some(written), unready), written, at, &old),
+            check(&workload(Some(written), unready), written, &old),
             Verdict::Incomplete { .. }
         ));
     }
@@ -326,5 +332,83 @@ mod tests {
             from_entries(&entries[1..], since).to_string(),
             "an unknown writer"
         );
+    }
+}
+
+#[cfg(test)]
+mod identity_tests {
+    use super::*;
+    use crate::model::{PodSample, RolloutStatus, UpdateStrategy};
+
+    fn pod(uid: &str, started: &str) -> PodSample {
+        PodSample {
+            name: format!("p-{uid}"),
+            uid: uid.into(),
+            labels: Default::default(),
+            started: Some(started.parse().unwrap()),
+            ready: true,
+            deleting: false,
+            containers: vec![],
+            limit: None,
+            has_metrics: false,
+        }
+    }
+
+    fn workload(written: &str, desired: i32, pods: Vec<PodSample>) -> Workload {
+        Workload {
+            target: WorkloadRef {
+                kind: Kind::Deployment,
+                namespace: "ns".into(),
+                name: "web".into(),
+            },
+            labels: Default::default(),
+            template_labels: Default::default(),
+            pod_selector: String::new(),
+            annotations: Default::default(),
+            attempt: Default::default(),
+            restarted_at: Some(written.parse().unwrap()),
+            paused: false,
+            strategy: UpdateStrategy::RollingUpdate,
+            status: RolloutStatus {
+                desired,
+                ..Default::default()
+            },
+            min_ready_during_restart: 1,
+            pods,
+            mirror: false,
+        }
+    }
+
+    /// Safety case 6: a pod is new by identity (a UID that did not exist before the patch),
+    /// not by comparing a node's clock (startTime) with bouncer's; and an autoscaler raising the
+    /// desired count during the settle is not a failed bounce.
+    #[test]
+    fn case6_new_pods_are_told_by_identity_not_node_clocks() {
+        // Patched at 03:00:10.400 by bouncer's clock.
+        let written = "2026-01-01T03:00:10Z";
+        let old: BTreeSet<String> = ["a".to_string(), "b".to_string()].into();
+        // A node 2 s behind bouncer: the replacements' startTime is before the patch.
+        let skewed = vec![
+            pod("c", "2026-01-01T03:00:08Z"),
+            pod("d", "2026-01-01T03:00:09Z"),
+        ];
+        assert_eq!(
+            check(&workload(written, 2, skewed.clone()), written, &old),
+            Verdict::Verified { pods: 2 }
+        );
+        // An HPA scaled to 3 during the settle; its pod is not there yet.
+        assert_eq!(
+            check(&workload(written, 3, skewed), written, &old),
+            Verdict::Verified { pods: 2 }
+        );
+        // A pod from before the patch is old whatever its node's clock says.
+        let ahead = vec![
+            pod("a", "2026-01-01T03:00:30Z"),
+            pod("d", "2026-01-01T03:00:11Z"),
+        ];
+        assert!(matches!(
+            check(&workload(written, 2, ahead), written, &old),
+            Verdict::Incomplete { .. }
+        ));
     }
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -15,12 +16,43 @@ fn nullable<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(d: D) -> R
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
+/// A live object that did not read back as its slim form. Cannot happen for objects the API
+/// server served (the slim forms are subsets), but it is an error, not a panic: the caller fails
+/// closed (skips the workload, or fails the bounce) and the message names the object.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to read {kind} {namespace}/{name} back as its slim form: {source}")]
+pub struct RereadError {
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    #[source]
+    pub source: serde_json::Error,
+}
+
+/// For the call sites that speak `kube::Error` (retries, fresh reads): a deserialization error
+/// that keeps the message naming the object, and is never retried.
+impl From<RereadError> for kube::Error {
+    fn from(e: RereadError) -> kube::Error {
+        kube::Error::SerdeError(<serde_json::Error as serde::de::Error>::custom(e))
+    }
+}
+
 /// A full k8s-openapi object read back as its slim form, through its JSON (used for the few
 /// objects read one at a time, so that a single set of conversion rules exists).
-pub fn reread<T: DeserializeOwned>(full: &impl Serialize) -> T {
+pub fn reread<T: DeserializeOwned, K: Resource<DynamicType = ()> + Serialize>(
+    full: &K,
+) -> Result<T, RereadError> {
     serde_json::to_vec(full)
         .and_then(|json| serde_json::from_slice(&json))
-        .expect("a k8s-openapi object reads back as its slim wire form")
+        .map_err(|source| RereadError {
+            kind: match K::kind(&()) {
+                std::borrow::Cow::Borrowed(k) => k,
+                std::borrow::Cow::Owned(_) => "object",
+            },
+            namespace: full.meta().namespace.clone().unwrap_or_default(),
+            name: full.meta().name.clone().unwrap_or_default(),
+            source,
+        })
 }
 
 /// The metadata of a LIST page (its items are read one by one, see [`super::list`]).
@@ -321,14 +353,14 @@ mod tests {
         let slim: Pod = serde_json::from_value(pod_json()).unwrap();
         let full: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod_json()).unwrap();
         let sample = PodSample::from(&slim);
-        assert_eq!(sample, convert::pod_sample(&full));
+        assert_eq!(sample, convert::pod_sample(&full).unwrap());
         assert_eq!(sample.containers[0].limit, Some(256 << 20));
         assert_eq!(sample.containers[1].limit, None);
         assert!(sample.ready);
         assert_eq!(sample.started.map(|t| t.timestamp()), Some(1_714_557_600));
         assert_eq!(
             format!("{:?}", convert::bare(slim)),
-            format!("{:?}", convert::bare_pod(&full))
+            format!("{:?}", convert::bare_pod(&full).unwrap())
         );
     }
 
@@ -366,9 +398,7 @@ mod tests {
         ));
         assert_eq!(
             d,
-            debug(convert::deployment(
-                &serde_json::from_value(deployment).unwrap()
-            ))
+            debug(convert::deployment(&serde_json::from_value(deployment).unwrap()).unwrap())
         );
         assert!(
             d.contains("progress_deadline_exceeded: true") && d.contains("paused: true"),
@@ -384,12 +414,10 @@ mod tests {
         ));
         assert_eq!(
             s,
-            debug(convert::statefulset(
-                &serde_json::from_value(statefulset).unwrap()
-            ))
+            debug(convert::statefulset(&serde_json::from_value(statefulset).unwrap()).unwrap())
         );
         assert!(
-            s.contains("partition: 1") && s.contains("update_revision: Some(\"b\")"),
+            s.contains("partition: Some(1)") && s.contains("update_revision: Some(\"b\")"),
             "{s}"
         );
         let ds = debug(Workload::from(
@@ -397,14 +425,33 @@ mod tests {
         ));
         assert_eq!(
             ds,
-            debug(convert::daemonset(
-                &serde_json::from_value(daemonset).unwrap()
-            ))
+            debug(convert::daemonset(&serde_json::from_value(daemonset).unwrap()).unwrap())
         );
         assert!(
             ds.contains("OnDelete") && ds.contains("min_ready_during_restart: 1"),
             "{ds}"
         );
+    }
+
+    /// A live object that does not read back is an error naming it, never a panic.
+    #[test]
+    fn a_failed_reread_is_an_error_naming_the_object() {
+        let e = RereadError {
+            kind: "Deployment",
+            namespace: "shop".into(),
+            name: "web".into(),
+            source: serde_json::from_str::<u8>("x").unwrap_err(),
+        };
+        let kube_error = kube::Error::from(e);
+        assert!(!crate::restart::transient(&kube_error), "not retried");
+        let text = kube_error.to_string();
+        assert!(
+            text.contains("failed to read Deployment shop/web back as its slim form"),
+            "{text}"
+        );
+        // The happy path: a served object reads back.
+        let full: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod_json()).unwrap();
+        assert!(reread::<Pod, _>(&full).is_ok());
     }
 
     #[test]

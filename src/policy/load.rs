@@ -175,22 +175,19 @@ fn parse_documents(
     errors: &mut Vec<PolicyError>,
 ) {
     // First pass: plain values, to skip empty documents, find names for messages and check
-    // apiVersion/kind before serde reports a foreign object's fields as unknown. A syntax error
-    // ends the stream: the parser then repeats the same error for every further document (the
-    // `take` is a backstop: no text holds more documents than bytes).
+    // apiVersion/kind before serde reports a foreign object's fields as unknown. A YAML error
+    // ends the stream: after a syntax error the parser repeats it for every further document,
+    // and after an unknown alias (`*name`) serde_yaml_ng 0.10 panics on the next document (found
+    // by the fuzzer: "- *y\n---\n- z"). The `take` is a backstop: no text holds more documents
+    // than bytes.
     let mut values: Vec<Option<Value>> = Vec::new();
-    let mut last_error = None;
     for document in serde_yaml_ng::Deserializer::from_str(text).take(text.len() + 1) {
         match Value::deserialize(document) {
             Ok(value) => values.push(Some(value)),
             Err(e) => {
-                let text = e.to_string();
-                if last_error.as_ref() == Some(&text) {
-                    break;
-                }
                 errors.push(serde_error(file, values.len() + 1, None, &e));
                 values.push(None);
-                last_error = Some(text);
+                break;
             }
         }
     }
@@ -393,7 +390,8 @@ mod tests {
         let p = &policies[0];
         assert_eq!(p.source, "p.yaml (document 1)");
         assert!(p.namespaces.is_empty());
-        assert_eq!(p.kinds, Kind::ALL);
+        // Pod only when listed (safety case 2).
+        assert_eq!(p.kinds, Kind::CONTROLLERS);
         let schedule = p.schedule.as_ref().unwrap();
         assert_eq!(
             (schedule.time_zone, schedule.starting_deadline),
@@ -518,6 +516,25 @@ mod tests {
             not_a_mapping,
             ["list.yaml: document 1: expected a BouncePolicy mapping, found a list"]
         );
+    }
+
+    /// Found by `cargo fuzz` (tests/fuzz): an unknown alias followed by another document made
+    /// serde_yaml_ng panic; it is one error naming the document, and the file is not read on.
+    #[test]
+    fn an_unknown_alias_is_an_error_not_a_panic() {
+        for text in [
+            "- *y\n---\n- z\n",
+            "a: [x, *y]\n---\nb: z\n",
+            &format!(
+                "{}---\nmetadata: {{name: *nope}}\n---\n{}",
+                yaml(&base()),
+                yaml(&base())
+            ),
+        ] {
+            let got = messages(parse_str("alias.yaml", text));
+            assert_eq!(got.len(), 1, "{got:#?}");
+            assert!(got[0].contains("unknown anchor"), "{}", got[0]);
+        }
     }
 
     #[test]

@@ -28,7 +28,8 @@ pub struct Policy {
     /// Empty means every namespace the install may touch.
     pub namespaces: Vec<String>,
     pub selector: Selector,
-    /// Kinds of the owning workload this policy may bounce; never empty (defaults to all four).
+    /// Kinds of the owning workload this policy may bounce; never empty (defaults to
+    /// the three controllers: `Pod` only when listed).
     pub kinds: Vec<Kind>,
     pub schedule: Option<Schedule>,
     pub memory: Option<MemoryTrigger>,

@@ -68,8 +68,9 @@ pub struct RawTarget {
     /// Namespaces to look in; omitted means every namespace the install may touch.
     pub namespaces: Option<Vec<String>>,
     pub selector: RawSelector,
-    /// Kinds of the owning workload that may be bounced (default: all four). `Pod` means a pod
-    /// without a controller.
+    /// Kinds of the owning workload that may be bounced (default: Deployment, StatefulSet,
+    /// DaemonSet). `Pod` means a pod without a controller, bounced only when listed: evicting a
+    /// bare pod that nothing recreates removes it for good.
     pub kinds: Option<Vec<Kind>>,
 }
 

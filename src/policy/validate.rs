@@ -176,11 +176,11 @@ fn target(check: &mut Check, target: RawTarget) -> (Vec<String>, Option<Selector
     }
     let selector = selector(check, target.selector);
     let kinds = match target.kinds {
-        None => Kind::ALL.to_vec(),
+        None => Kind::CONTROLLERS.to_vec(),
         Some(list) if list.is_empty() => {
             check.at(
                 "spec.target.kinds",
-                "must list at least one kind (omit it for all four)",
+                "must list at least one kind (omit it for Deployment, StatefulSet and DaemonSet)",
             );
             Vec::new()
         }

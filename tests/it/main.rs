@@ -8,5 +8,6 @@ mod harness;
 mod metrics;
 mod revert;
 mod safety;
+mod safety_cases;
 mod support;
 mod toolhive;

@@ -459,3 +459,29 @@ pub async fn stuck_on_restart(client: &Client, name: &str, labels: &[(&str, &str
         Some(serde_json::from_value(affinity).expect("affinity"));
     d
 }
+
+/// Merge-patches object `name` with `patch()` every 3 s until the handle is aborted: a live
+/// holder renewing its Lease.
+pub fn keep_patching<K>(
+    api: Api<K>,
+    name: &'static str,
+    patch: impl Fn() -> Value + Send + 'static,
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let params = kube::api::PatchParams::default();
+            let _ = api
+                .patch(name, &params, &kube::api::Patch::Merge(patch()))
+                .await;
+        }
+    })
+}
+
+/// A Lease time as the API server writes it (RFC3339, microseconds).
+pub fn micro(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}

@@ -113,7 +113,19 @@ pub fn deployment_progress(d: &Deployment) -> Result<Progress, String> {
     })
 }
 
-/// kubectl's StatefulSetStatusViewer.
+/// kubectl's StatefulSetStatusViewer (k8s.io/kubectl v0.36.3,
+/// pkg/polymorphichelpers/rollout_status.go), transcribed from its source on the k8s-openapi
+/// object, independently of bouncer's code. Its steps, in order:
+/// 1. `updateStrategy.type` other than RollingUpdate is an error;
+/// 2. `observedGeneration == 0 || generation > observedGeneration`: waiting for the spec update;
+/// 3. `spec.replicas` set and `readyReplicas < replicas`: waiting for pods to be ready;
+/// 4. `rollingUpdate` set (API defaulting always sets it, partition 0): when `replicas` and
+///    `partition` are both set and `updatedReplicas < replicas - partition`, waiting; otherwise
+///    done, without looking at the revisions;
+/// 5. only without `rollingUpdate`: waiting while `updateRevision != currentRevision`.
+///
+/// One concession: a missing `type` (never served: the API server defaults it) reads as
+/// RollingUpdate, so hand-built fixtures need not spell it out.
 pub fn statefulset_progress(s: &StatefulSet) -> Result<Progress, String> {
     let spec = s.spec.clone().unwrap_or_default();
     let strategy = spec.update_strategy.clone().unwrap_or_default();
@@ -128,35 +140,33 @@ pub fn statefulset_progress(s: &StatefulSet) -> Result<Progress, String> {
     let observed = status.observed_generation.unwrap_or(0);
     if observed == 0 || s.metadata.generation.unwrap_or(0) > observed {
         return Ok(Progress::Waiting(
-            "waiting for statefulset spec update to be observed".into(),
+            "Waiting for statefulset spec update to be observed...".into(),
         ));
     }
-    let replicas = spec.replicas.unwrap_or(1);
     let ready = status.ready_replicas.unwrap_or(0);
-    if ready < replicas {
+    if let Some(replicas) = spec.replicas
+        && ready < replicas
+    {
         return Ok(Progress::Waiting(format!(
-            "{ready} of {replicas} pods ready"
+            "Waiting for {} pods to be ready...",
+            replicas - ready
         )));
     }
-    let partition = strategy
-        .rolling_update
-        .and_then(|r| r.partition)
-        .unwrap_or(0);
-    if partition > 0 {
-        let updated = status.updated_replicas.unwrap_or(0);
-        return Ok(if updated < replicas - partition {
-            Progress::Waiting(format!(
-                "{updated} of {} partitioned pods updated",
+    let updated = status.updated_replicas.unwrap_or(0);
+    if let Some(rolling) = strategy.rolling_update {
+        if let (Some(replicas), Some(partition)) = (spec.replicas, rolling.partition)
+            && updated < replicas - partition
+        {
+            return Ok(Progress::Waiting(format!(
+                "Waiting for partitioned roll out to finish: {updated} out of {} new pods have been updated...",
                 replicas - partition
-            ))
-        } else {
-            Progress::Done
-        });
+            )));
+        }
+        return Ok(Progress::Done);
     }
     Ok(if status.update_revision != status.current_revision {
         Progress::Waiting(format!(
-            "waiting for rolling update to complete {} pods at revision {}",
-            status.updated_replicas.unwrap_or(0),
+            "waiting for statefulset rolling update to complete {updated} pods at revision {}...",
             status.update_revision.unwrap_or_default()
         ))
     } else {
@@ -413,5 +423,46 @@ mod tests {
         let done = json!({"observedGeneration": 2, "replicas": 2, "readyReplicas": 2,
             "currentRevision": "b", "updateRevision": "b"});
         assert_eq!(statefulset_progress(&sts(done)), Ok(Progress::Done));
+    }
+
+    /// kubectl's partition branch, taken whenever rollingUpdate is set (as defaulting always
+    /// does): the count decides, revisions are not compared.
+    #[test]
+    fn statefulset_with_rolling_update_counts_updated_replicas() {
+        let sts = |rolling: serde_json::Value, status: serde_json::Value| -> StatefulSet {
+            serde_json::from_value(json!({
+                "metadata": {"name": "db", "generation": 2},
+                "spec": {"replicas": 3, "selector": {}, "serviceName": "db", "template": {},
+                         "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": rolling}},
+                "status": status,
+            }))
+            .unwrap()
+        };
+        let status = |updated: i32, current: &str| {
+            json!({"observedGeneration": 2, "replicas": 3, "readyReplicas": 3,
+                   "updatedReplicas": updated, "currentRevision": current, "updateRevision": "b"})
+        };
+        let p0 = json!({"partition": 0});
+        assert_eq!(
+            statefulset_progress(&sts(p0.clone(), status(3, "a"))),
+            Ok(Progress::Done)
+        );
+        assert!(matches!(
+            statefulset_progress(&sts(p0, status(2, "b"))),
+            Ok(Progress::Waiting(m)) if m.contains("2 out of 3")
+        ));
+        let p2 = json!({"partition": 2});
+        assert_eq!(
+            statefulset_progress(&sts(p2, status(1, "a"))),
+            Ok(Progress::Done)
+        );
+        assert_eq!(
+            statefulset_progress(&sts(json!({}), status(0, "a"))),
+            Ok(Progress::Done)
+        );
+        let on_delete: StatefulSet = serde_json::from_value(json!({
+            "metadata": {"name": "db"}, "spec": {"selector": {}, "serviceName": "db", "template": {},
+            "updateStrategy": {"type": "OnDelete"}}})).unwrap();
+        assert!(statefulset_progress(&on_delete).is_err());
     }
 }
