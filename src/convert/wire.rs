@@ -289,7 +289,7 @@ pub struct ContainerMetrics {
     pub usage: Resources,
 }
 
-/// policy/v1 or policy/v1beta1 PodDisruptionBudget.
+/// policy/v1 PodDisruptionBudget.
 #[derive(Debug, Default, Deserialize)]
 pub struct PodDisruptionBudget {
     #[serde(default)]
