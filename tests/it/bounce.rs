@@ -462,3 +462,71 @@ async fn toolhive_mcp_server_pair_is_bounced_and_verified() {
         .unwrap();
     assert!(template.contains_key(bouncer_testkit::RESTARTED_AT));
 }
+
+/// One due workload of each kind bouncer restarts (Deployment, StatefulSet, DaemonSet; the
+/// kinds a policy covers by default) is bounced by the same run, each verified: restartedAt
+/// intact on its template and every pod new.
+#[tokio::test]
+async fn a_workload_of_each_kind_is_bounced_and_verified() {
+    use bouncer_testkit::{Kind, daemonset, statefulset};
+    let client = client().await;
+    let ns = TestNs::new(&client, "kinds").await;
+    let n = ns.name();
+    let labels = |app: &'static str| [("app", app), ("bounce", "kinds")];
+    create(&client, n, &deployment("web", 2, &labels("web")))
+        .await
+        .unwrap();
+    create(&client, n, &statefulset("db", 2, &labels("db")))
+        .await
+        .unwrap();
+    create(&client, n, &daemonset("agent", &labels("agent")))
+        .await
+        .unwrap();
+    for (kind, name) in [
+        (Kind::Deployment, "web"),
+        (Kind::StatefulSet, "db"),
+        (Kind::DaemonSet, "agent"),
+    ] {
+        wait_rollout_complete(&client, kind, n, name, READY)
+            .await
+            .unwrap_or_else(|e| panic!("{name} ready: {e:#}"));
+    }
+    let before: Vec<String> = pods(&client, n, "bounce=kinds")
+        .await
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+    let policies = Policies::new(&[(
+        "kinds.yaml",
+        &policy(
+            "kinds",
+            n,
+            "{bounce: kinds}",
+            "  triggers:\n    schedule: {cron: \"* * * * *\", startingDeadline: 5m}\n  cooldown: 1s\n",
+        ),
+    )]);
+    next_minute(Duration::from_secs(1)).await;
+    let run = bouncer(&["run"], &policies, n).await;
+    assert_eq!(
+        run.code, 0,
+        "stderr: {}\nreport: {:#}",
+        run.stderr, run.report
+    );
+    let mut bounced = run.bounced();
+    bounced.sort();
+    assert_eq!(bounced, ["agent", "db", "web"], "{:#}", run.report);
+    for name in ["agent", "db", "web"] {
+        let row = run.row(name);
+        assert_eq!(row["method"], "rollout", "{row:#}");
+        let verification = row["verification"].to_string();
+        assert!(verification.contains("restartedAt intact"), "{row:#}");
+    }
+    let after = pods(&client, n, "bounce=kinds").await;
+    assert_eq!(after.len(), before.len());
+    assert!(
+        after
+            .iter()
+            .all(|p| !before.contains(p.metadata.uid.as_ref().unwrap())),
+        "every pod replaced"
+    );
+}
