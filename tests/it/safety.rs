@@ -24,7 +24,7 @@ use crate::support::{
     statefulset as get_statefulset, stuck_on_restart, wait_restarted_at,
 };
 
-/// Generous: two hollow nodes on two shared cores are slow when every test runs at once.
+/// Generous: the whole control plane shares two cores with every test running at once.
 const READY: Duration = Duration::from_secs(180);
 const EVERY_MINUTE: &str =
     "  triggers:\n    schedule: {cron: \"* * * * *\", startingDeadline: 5m}\n  cooldown: 1s\n";

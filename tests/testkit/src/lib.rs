@@ -1,4 +1,4 @@
-//! Test support for bouncer: the shared local cluster, per-test namespaces, metrics emulation,
+//! Test support for bouncer: the shared local cluster, per-test namespaces, metrics-server reads,
 //! fixture controllers that behave like real operators, and workload builders.
 //!
 //! The pieces, and why they exist:

@@ -114,7 +114,7 @@ pub fn statefulset(name: &str, replicas: i32, labels: &[(&str, &str)]) -> Statef
     }
 }
 
-/// A DaemonSet (RollingUpdate): one pod per hollow node.
+/// A DaemonSet (RollingUpdate): one pod per KWOK node.
 pub fn daemonset(name: &str, labels: &[(&str, &str)]) -> DaemonSet {
     DaemonSet {
         metadata: meta(name, labels),
