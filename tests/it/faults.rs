@@ -430,33 +430,30 @@ async fn service_account_kubeconfig(ns: &str, dir: &std::path::Path) -> std::pat
     path
 }
 
-/// An identity that may not list pods.metrics.k8s.io: the memory policy is skipped with
-/// "metrics unavailable" (never bounced on missing data), a schedule policy still bounces.
-#[tokio::test]
-async fn forbidden_metrics_skip_memory_policies_but_schedules_still_bounce() {
-    let client = client().await;
-    let ns = TestNs::new(&client, "nometrics").await;
-    let n = ns.name();
+/// `mem` (512Mi, over the memory policy's 128Mi) and `sched` (a schedule policy's target), both
+/// running; returns `mem`'s pod once metrics-server reports it.
+async fn memory_and_schedule_workloads(client: &Client, n: &str) -> String {
     deploy(
-        &client,
+        client,
         n,
         deployment("mem", 1, &[("app", "mem")]).with_memory("512Mi", "0"),
     )
     .await;
-    deploy(&client, n, deployment("sched", 1, &[("app", "sched")])).await;
-    let mem_pod = pods(&client, n, "app=mem")
+    deploy(client, n, deployment("sched", 1, &[("app", "sched")])).await;
+    let mem_pod = pods(client, n, "app=mem")
         .await
         .remove(0)
         .metadata
         .name
         .unwrap();
-    wait_pod_memory(&client, n, &mem_pod, READY, |m| m.is_some())
+    wait_pod_memory(client, n, &mem_pod, READY, |m| m.is_some())
         .await
         .expect("metrics for mem");
-    let _rbac = restricted_identity(n);
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = service_account_kubeconfig(n, dir.path()).await;
-    let policies = Policies::new(&[
+    mem_pod
+}
+
+fn memory_and_schedule_policies(n: &str) -> Policies {
+    Policies::new(&[
         (
             "mem.yaml",
             &policy(
@@ -470,7 +467,47 @@ async fn forbidden_metrics_skip_memory_policies_but_schedules_still_bounce() {
             "sched.yaml",
             &policy("sched", n, "{app: sched}", EVERY_MINUTE),
         ),
-    ]);
+    ])
+}
+
+/// Without metrics the memory policy is skipped as "metrics unavailable" and `mem` untouched,
+/// while the schedule policy bounced `sched`.
+async fn assert_memory_off_schedule_bounced(
+    client: &Client,
+    n: &str,
+    run: &crate::support::Bounced,
+    mem_pods: &[String],
+) {
+    let row = run.row("mem");
+    assert_eq!(
+        (row["decision"].as_str(), row["reasonCode"].as_str()),
+        (Some("skip"), Some("notDue")),
+        "{row:#}"
+    );
+    assert!(
+        row["reason"]
+            .as_str()
+            .unwrap()
+            .contains("metrics unavailable"),
+        "{row:#}"
+    );
+    assert_eq!(run.bounced(), ["sched"], "{:#}", run.report);
+    assert_eq!(restarted_at_of(client, n, "mem").await, None);
+    assert_eq!(pod_uids(client, n, "app=mem").await, mem_pods);
+}
+
+/// An identity that may not list pods.metrics.k8s.io: the memory policy is skipped with
+/// "metrics unavailable" (never bounced on missing data), a schedule policy still bounces.
+#[tokio::test]
+async fn forbidden_metrics_skip_memory_policies_but_schedules_still_bounce() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "nometrics").await;
+    let n = ns.name();
+    memory_and_schedule_workloads(&client, n).await;
+    let _rbac = restricted_identity(n);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = service_account_kubeconfig(n, dir.path()).await;
+    let policies = memory_and_schedule_policies(n);
     next_minute(Duration::from_secs(1)).await;
     // With metrics readable the memory policy would fire: the skip below is the permission's doing.
     let admin = bouncer(&["plan", "--namespaces", n], &policies, n).await;
@@ -491,22 +528,7 @@ async fn forbidden_metrics_skip_memory_policies_but_schedules_still_bounce() {
         "{:#}",
         run.report
     );
-    let row = run.row("mem");
-    assert_eq!(
-        (row["decision"].as_str(), row["reasonCode"].as_str()),
-        (Some("skip"), Some("notDue")),
-        "{row:#}"
-    );
-    assert!(
-        row["reason"]
-            .as_str()
-            .unwrap()
-            .contains("metrics unavailable"),
-        "{row:#}"
-    );
-    assert_eq!(run.bounced(), ["sched"], "{:#}", run.report);
-    assert_eq!(restarted_at_of(&client, n, "mem").await, None);
-    assert_eq!(pod_uids(&client, n, "app=mem").await, mem_pods);
+    assert_memory_off_schedule_bounced(&client, n, &run, &mem_pods).await;
 }
 
 /// The API server restarts while bouncer waits on a slow rollout: the watch resumes, the bounce
@@ -626,37 +648,8 @@ async fn metrics_server_down_turns_memory_triggers_off_but_schedules_still_bounc
     let client = client().await;
     let ns = TestNs::new(&client, "msdown").await;
     let n = ns.name();
-    deploy(
-        &client,
-        n,
-        deployment("mem", 1, &[("app", "mem")]).with_memory("512Mi", "0"),
-    )
-    .await;
-    deploy(&client, n, deployment("sched", 1, &[("app", "sched")])).await;
-    let mem_pod = pods(&client, n, "app=mem")
-        .await
-        .remove(0)
-        .metadata
-        .name
-        .unwrap();
-    wait_pod_memory(&client, n, &mem_pod, READY, |m| m.is_some())
-        .await
-        .expect("metrics for mem");
-    let policies = Policies::new(&[
-        (
-            "mem.yaml",
-            &policy(
-                "mem",
-                n,
-                "{app: mem}",
-                "  triggers:\n    memory: {above: 128Mi}\n  cooldown: 1s\n",
-            ),
-        ),
-        (
-            "sched.yaml",
-            &policy("sched", n, "{app: sched}", EVERY_MINUTE),
-        ),
-    ]);
+    let mem_pod = memory_and_schedule_workloads(&client, n).await;
+    let policies = memory_and_schedule_policies(n);
     let mem_pods = pod_uids(&client, n, "app=mem").await;
     {
         let _down = MetricsServerStopped::new();
@@ -687,22 +680,7 @@ async fn metrics_server_down_turns_memory_triggers_off_but_schedules_still_bounc
             "the run took {:?}",
             started.elapsed()
         );
-        let row = run.row("mem");
-        assert_eq!(
-            (row["decision"].as_str(), row["reasonCode"].as_str()),
-            (Some("skip"), Some("notDue")),
-            "{row:#}"
-        );
-        assert!(
-            row["reason"]
-                .as_str()
-                .unwrap()
-                .contains("metrics unavailable"),
-            "{row:#}"
-        );
-        assert_eq!(run.bounced(), ["sched"], "{:#}", run.report);
-        assert_eq!(restarted_at_of(&client, n, "mem").await, None);
-        assert_eq!(pod_uids(&client, n, "app=mem").await, mem_pods);
+        assert_memory_off_schedule_bounced(&client, n, &run, &mem_pods).await;
     }
     // Back up: the same policy now sees the pod's 512Mi and bounces it.
     wait_pod_memory(&client, n, &mem_pod, READY, |m| m.is_some())
