@@ -79,6 +79,8 @@ pub struct Flags {
     /// Name of the run lock Lease [env: BOUNCER_LEASE_NAME] [default: bouncer]
     #[arg(long, global = true)]
     pub lease_name: Option<String>,
+    #[command(flatten)]
+    pub notify: crate::notify::NotifyFlags,
 }
 
 /// `BOUNCER_*` environment variables, read once in `main`.
@@ -98,6 +100,8 @@ pub struct Env {
     pub lease_name: Option<String>,
     pub dry_run: Option<bool>,
     pub verify_settle: Option<String>,
+    #[serde(flatten)]
+    pub notify: crate::notify::Env,
 }
 
 impl Env {
@@ -128,6 +132,7 @@ pub struct Settings {
     pub lease_name: String,
     pub dry_run: bool,
     pub verify_settle: Duration,
+    pub notify: crate::notify::Settings,
 }
 
 fn duration(var: &str, value: Option<String>, default: Duration) -> Result<Duration, String> {
@@ -191,6 +196,7 @@ impl Settings {
                 env.verify_settle,
                 Duration::from_secs(2),
             )?,
+            notify: crate::notify::Settings::merge(flags.notify, env.notify)?,
         })
     }
 }

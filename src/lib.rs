@@ -13,6 +13,7 @@ pub mod lock;
 pub mod mark;
 pub mod memory;
 pub mod model;
+pub mod notify;
 pub mod plan;
 pub mod policy;
 pub mod quantity;
@@ -228,6 +229,7 @@ async fn run_locked(
     (lease, bare_marks): (Option<&lock::LeaseGuard>, Result<mark::BareMarks, String>),
     stop: watch::Receiver<execute::Stop>,
 ) -> ExitStatus {
+    let started = std::time::Instant::now();
     let inventory = match inventory::snapshot(client, metrics, &settings.namespaces).await {
         Ok(i) => i.with_bare_marks(&bare_marks),
         Err(e) => {
@@ -261,17 +263,29 @@ async fn run_locked(
         None
     };
     let report = report::build(&plan, mode, outcomes.as_deref());
+    let halted = outcomes.iter().flatten().any(|o| o.status.halts());
+    let run = notify::Run {
+        finished: clock(),
+        duration: started.elapsed(),
+        succeeded: !halted,
+    };
+    let sent = notify::deliver(&settings.notify, &report, run).await;
     let one_line = settings.log_format == LogFormat::Json;
-    print!("{}", report::render(&report, settings.output, one_line));
+    print!(
+        "{}",
+        notify::render(&report, &sent, settings.output, one_line)
+    );
     if let Some(path) = &settings.report
-        && let Err(e) = std::fs::write(path, report::render(&report, format_for(path), false))
+        && let Err(e) = std::fs::write(
+            path,
+            notify::render(&report, &sent, format_for(path), false),
+        )
     {
         eprintln!(
             "bouncer: failed to write the report to {}: {e}",
             path.display()
         );
     }
-    let halted = outcomes.iter().flatten().any(|o| o.status.halts());
     if halted {
         ExitStatus::Failed
     } else {

@@ -257,7 +257,8 @@ const HEADERS: [&str; 7] = [
     "REASON",
 ];
 
-fn summary_line(r: &Report) -> String {
+/// The report's one-line summary, e.g. `2 bounced, 0 failed, 0 not attempted, 4 skipped`.
+pub fn summary_line(r: &Report) -> String {
     let s = &r.summary;
     let mut line = match r.mode {
         Mode::Plan | Mode::DryRun => format!("{} to bounce, {} skipped", s.planned, s.skipped),

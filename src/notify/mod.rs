@@ -1,0 +1,420 @@
+//! Notifications and metrics of a finished run: settings, delivery to a Slack-compatible chat
+//! webhook, a JSON webhook and a Pushgateway, and the `notifications` part of the report.
+//!
+//! Everything here runs once per `run`, after the final report exists, and reads only that
+//! report: a failed delivery is logged and reported, never changes what was bounced, and never
+//! changes the exit code.
+
+pub mod http;
+pub mod pushgateway;
+pub mod slack;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use clap::{Args, ValueEnum};
+use serde::{Deserialize, Serialize};
+
+use crate::report::{Format, Mode, Report};
+
+/// When the chat and JSON webhooks are sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum NotifyOn {
+    /// Runs with a bounce queue: something was bounced, failed, reverted (or, in a dry run,
+    /// would be bounced).
+    #[default]
+    Changes,
+    /// Every run, also those with nothing due.
+    Always,
+}
+
+#[derive(Debug, Default, Args)]
+#[command(next_help_heading = "Notifications and metrics")]
+pub struct NotifyFlags {
+    /// Cluster name in chat messages and the Pushgateway grouping key [env: BOUNCER_CLUSTER_NAME]
+    #[arg(long, global = true)]
+    pub cluster_name: Option<String>,
+    /// File holding the Slack-compatible incoming webhook URL [env: BOUNCER_NOTIFY_SLACK_URL_FILE, or the URL itself in BOUNCER_NOTIFY_SLACK_URL]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub notify_slack_url_file: Option<PathBuf>,
+    /// File holding the URL that receives the JSON report [env: BOUNCER_NOTIFY_WEBHOOK_URL_FILE, or the URL itself in BOUNCER_NOTIFY_WEBHOOK_URL]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub notify_webhook_url_file: Option<PathBuf>,
+    /// Which runs the webhooks hear about [env: BOUNCER_NOTIFY_ON] [default: changes]
+    #[arg(long, global = true)]
+    pub notify_on: Option<NotifyOn>,
+    /// Timeout of one delivery attempt, e.g. 5s [env: BOUNCER_NOTIFY_TIMEOUT] [default: 5s]
+    #[arg(long, global = true, value_parser = humantime::parse_duration)]
+    pub notify_timeout: Option<Duration>,
+    /// Retries of a failed delivery (timeouts, connection errors, 429 and 5xx) [env: BOUNCER_NOTIFY_RETRIES] [default: 2]
+    #[arg(long, global = true)]
+    pub notify_retries: Option<u32>,
+    /// Pushgateway to push the run's metrics to, e.g. http://pushgateway.monitoring:9091 [env: BOUNCER_PUSHGATEWAY_URL]
+    #[arg(long, global = true, value_name = "URL")]
+    pub pushgateway_url: Option<String>,
+}
+
+/// The `BOUNCER_*` variables of this module. All strings: envy reaches a flattened struct
+/// through serde's buffered map, which hands over every value as text.
+#[derive(Debug, Default, Deserialize)]
+pub struct Env {
+    pub cluster_name: Option<String>,
+    pub notify_slack_url: Option<String>,
+    pub notify_slack_url_file: Option<PathBuf>,
+    pub notify_webhook_url: Option<String>,
+    pub notify_webhook_url_file: Option<PathBuf>,
+    pub notify_on: Option<String>,
+    pub notify_timeout: Option<String>,
+    pub notify_retries: Option<String>,
+    pub pushgateway_url: Option<String>,
+}
+
+/// A webhook URL. Its path is the credential of an incoming webhook, so it is never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretUrl(pub reqwest::Url);
+
+impl std::fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SecretUrl({}://{}/...)",
+            self.0.scheme(),
+            self.0.host_str().unwrap_or("")
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub cluster_name: Option<String>,
+    pub slack_url: Option<SecretUrl>,
+    pub webhook_url: Option<SecretUrl>,
+    pub pushgateway_url: Option<reqwest::Url>,
+    pub on: NotifyOn,
+    pub timeout: Duration,
+    pub retries: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            cluster_name: None,
+            slack_url: None,
+            webhook_url: None,
+            pushgateway_url: None,
+            on: NotifyOn::Changes,
+            timeout: Duration::from_secs(5),
+            retries: 2,
+        }
+    }
+}
+
+fn http_url(what: &str, text: &str) -> Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(text.trim()).map_err(|e| format!("{what}: not a URL: {e}"))?;
+    match url.scheme() {
+        "http" | "https" if url.host_str().is_some() => Ok(url),
+        _ => Err(format!("{what}: must be an http:// or https:// URL")),
+    }
+}
+
+/// A secret URL from a file (flag, else `*_FILE`) or from the variable itself. The value is
+/// never echoed in an error: a typo would otherwise print the credential to the Job's log.
+fn secret_url(
+    var: &str,
+    flag_file: Option<PathBuf>,
+    env_file: Option<PathBuf>,
+    env_value: Option<String>,
+) -> Result<Option<SecretUrl>, String> {
+    let from_file = |path: &Path, what: &str| -> Result<String, String> {
+        std::fs::read_to_string(path)
+            .map_err(|e| format!("{what}: cannot read {}: {e}", path.display()))
+    };
+    let flag = format!("--{}-file", var.to_lowercase().replace('_', "-"));
+    // An empty variable is unset (as Kubernetes renders an env entry with no value); an empty
+    // file is a Secret with a missing key, which is a mistake worth stopping for.
+    let env_value = env_value.filter(|v| !v.trim().is_empty());
+    let (what, text) = match (flag_file, env_file, env_value) {
+        (Some(path), _, _) => (flag.clone(), from_file(&path, &flag)?),
+        (None, Some(_), Some(_)) => {
+            return Err(format!(
+                "BOUNCER_{var} and BOUNCER_{var}_FILE are both set; set one"
+            ));
+        }
+        (None, Some(path), None) => {
+            let what = format!("BOUNCER_{var}_FILE");
+            let text = from_file(&path, &what)?;
+            (what, text)
+        }
+        (None, None, Some(value)) => (format!("BOUNCER_{var}"), value),
+        (None, None, None) => return Ok(None),
+    };
+    if text.trim().is_empty() {
+        return Err(format!("{what}: empty"));
+    }
+    let url = http_url(&what, &text).map_err(|_| {
+        format!("{what}: not an http:// or https:// URL (the value is not shown: it is a secret)")
+    })?;
+    Ok(Some(SecretUrl(url)))
+}
+
+impl Settings {
+    pub fn merge(flags: NotifyFlags, env: Env) -> Result<Settings, String> {
+        let defaults = Settings::default();
+        let on = match (flags.notify_on, env.notify_on) {
+            (Some(on), _) => on,
+            (None, Some(v)) => NotifyOn::from_str(v.trim(), true)
+                .map_err(|_| format!("BOUNCER_NOTIFY_ON: {v:?} is not one of changes, always"))?,
+            (None, None) => defaults.on,
+        };
+        let timeout = match (flags.notify_timeout, env.notify_timeout) {
+            (Some(d), _) => d,
+            (None, Some(v)) => humantime::parse_duration(v.trim()).map_err(|e| {
+                format!("BOUNCER_NOTIFY_TIMEOUT: {v:?} is not a duration (e.g. 5s): {e}")
+            })?,
+            (None, None) => defaults.timeout,
+        };
+        if timeout.is_zero() {
+            return Err("--notify-timeout / BOUNCER_NOTIFY_TIMEOUT: must be positive".into());
+        }
+        let retries = match (flags.notify_retries, env.notify_retries) {
+            (Some(n), _) => n,
+            (None, Some(v)) => v
+                .trim()
+                .parse()
+                .map_err(|_| format!("BOUNCER_NOTIFY_RETRIES: {v:?} is not a whole number"))?,
+            (None, None) => defaults.retries,
+        };
+        // Each attempt is bounded by the timeout; more than a few would keep a finished run's
+        // pod alive past a Job's termination grace period.
+        if retries > 5 {
+            return Err("--notify-retries / BOUNCER_NOTIFY_RETRIES: at most 5".into());
+        }
+        let pushgateway_url = match flags.pushgateway_url {
+            Some(u) => Some(http_url("--pushgateway-url", &u)?),
+            None => match env.pushgateway_url.filter(|u| !u.trim().is_empty()) {
+                Some(u) => Some(http_url("BOUNCER_PUSHGATEWAY_URL", &u)?),
+                None => None,
+            },
+        };
+        Ok(Settings {
+            cluster_name: flags
+                .cluster_name
+                .or(env.cluster_name)
+                .map(|c| c.trim().to_string())
+                .filter(|c| !c.is_empty()),
+            slack_url: secret_url(
+                "NOTIFY_SLACK_URL",
+                flags.notify_slack_url_file,
+                env.notify_slack_url_file,
+                env.notify_slack_url,
+            )?,
+            webhook_url: secret_url(
+                "NOTIFY_WEBHOOK_URL",
+                flags.notify_webhook_url_file,
+                env.notify_webhook_url_file,
+                env.notify_webhook_url,
+            )?,
+            pushgateway_url,
+            on,
+            timeout,
+            retries,
+        })
+    }
+
+    fn any(&self) -> bool {
+        self.slack_url.is_some() || self.webhook_url.is_some() || self.pushgateway_url.is_some()
+    }
+}
+
+/// Where a delivery went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Target {
+    Slack,
+    Webhook,
+    Pushgateway,
+}
+
+impl Target {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Target::Slack => "slack",
+            Target::Webhook => "webhook",
+            Target::Pushgateway => "pushgateway",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DeliveryStatus {
+    Sent,
+    Failed,
+    /// Not sent by choice (`--notify-on changes` and a run with nothing to say).
+    NotSent,
+}
+
+/// One delivery, as the report's `notifications` list shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Delivery {
+    pub target: Target,
+    pub status: DeliveryStatus,
+    pub attempts: u32,
+    /// Why it failed (the last attempt's error) or why it was not sent; null when sent.
+    pub detail: Option<String>,
+}
+
+/// Facts about the run the report does not carry.
+#[derive(Debug, Clone, Copy)]
+pub struct Run {
+    /// When the run ended (now, as the caller's clock reads it).
+    pub finished: DateTime<Utc>,
+    pub duration: Duration,
+    /// The run's exit status is 0.
+    pub succeeded: bool,
+}
+
+/// True when the webhooks should hear about this run.
+pub fn worth_sending(report: &Report, on: NotifyOn) -> bool {
+    on == NotifyOn::Always || report.rows.iter().any(|r| r.order.is_some())
+}
+
+/// The generic webhook's body: the report exactly as `--output json` prints it on one line.
+pub fn webhook_body(report: &Report) -> String {
+    crate::report::render(report, Format::Json, true)
+}
+
+/// Sends the run's notifications and metrics, all at once, each with bounded retries, and says
+/// how each went. A plan (`bouncer plan`) notifies nobody.
+pub async fn deliver(settings: &Settings, report: &Report, run: Run) -> Vec<Delivery> {
+    if report.mode == Mode::Plan || !settings.any() {
+        return Vec::new();
+    }
+    let sender = match http::Sender::new(settings.timeout, settings.retries) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("notifications: no HTTP client: {e}");
+            let failed = |target| Delivery {
+                target,
+                status: DeliveryStatus::Failed,
+                attempts: 0,
+                detail: Some(format!("no HTTP client: {e}")),
+            };
+            let mut out = Vec::new();
+            if settings.slack_url.is_some() {
+                out.push(failed(Target::Slack));
+            }
+            if settings.webhook_url.is_some() {
+                out.push(failed(Target::Webhook));
+            }
+            if settings.pushgateway_url.is_some() {
+                out.push(failed(Target::Pushgateway));
+            }
+            return out;
+        }
+    };
+    let send = worth_sending(report, settings.on);
+    let not_sent = |target| Delivery {
+        target,
+        status: DeliveryStatus::NotSent,
+        attempts: 0,
+        detail: Some("nothing was due (notify on: changes)".into()),
+    };
+    let slack = async {
+        let url = settings.slack_url.as_ref()?;
+        if !send {
+            return Some(not_sent(Target::Slack));
+        }
+        let body = slack::message(report, settings.cluster_name.as_deref()).to_string();
+        let request = http::Request::post(&url.0, "application/json", body);
+        Some(sender.send(Target::Slack, request).await)
+    };
+    let webhook = async {
+        let url = settings.webhook_url.as_ref()?;
+        if !send {
+            return Some(not_sent(Target::Webhook));
+        }
+        let request = http::Request::post(&url.0, "application/json", webhook_body(report));
+        Some(sender.send(Target::Webhook, request).await)
+    };
+    let metrics = async {
+        let base = settings.pushgateway_url.as_ref()?;
+        let cluster = settings.cluster_name.as_deref().unwrap_or("");
+        let request = http::Request {
+            method: pushgateway::method(run.succeeded),
+            url: pushgateway::group_url(base, cluster),
+            content_type: pushgateway::CONTENT_TYPE,
+            body: pushgateway::exposition(report, &run),
+        };
+        Some(sender.send(Target::Pushgateway, request).await)
+    };
+    let (slack, webhook, metrics) = futures::join!(slack, webhook, metrics);
+    [slack, webhook, metrics].into_iter().flatten().collect()
+}
+
+/// One line for the table and Markdown reports, e.g. `notifications: slack sent; pushgateway
+/// failed after 3 attempts: HTTP 500`.
+pub fn summary_line(deliveries: &[Delivery]) -> Option<String> {
+    if deliveries.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = deliveries
+        .iter()
+        .map(|d| {
+            let name = d.target.as_str();
+            let detail = d.detail.as_deref().unwrap_or("");
+            match d.status {
+                DeliveryStatus::Sent => format!("{name} sent"),
+                DeliveryStatus::NotSent => format!("{name} not sent: {detail}"),
+                DeliveryStatus::Failed => {
+                    let tries = if d.attempts == 1 {
+                        "attempt"
+                    } else {
+                        "attempts"
+                    };
+                    format!("{name} failed after {} {tries}: {detail}", d.attempts)
+                }
+            }
+        })
+        .collect();
+    Some(format!("notifications: {}", parts.join("; ")))
+}
+
+#[derive(Serialize)]
+struct WithNotifications<'a> {
+    #[serde(flatten)]
+    report: &'a Report,
+    notifications: &'a [Delivery],
+}
+
+/// The report as `report::render` gives it, plus how its notifications went: a `notifications`
+/// list in JSON, a last line in the table and Markdown. Without notification targets it is
+/// exactly `report::render`.
+pub fn render(report: &Report, deliveries: &[Delivery], format: Format, one_line: bool) -> String {
+    let Some(line) = summary_line(deliveries) else {
+        return crate::report::render(report, format, one_line);
+    };
+    let with = WithNotifications {
+        report,
+        notifications: deliveries,
+    };
+    match format {
+        Format::Json if one_line => serde_json::to_string(&with).expect("report serializes") + "\n",
+        Format::Json => serde_json::to_string_pretty(&with).expect("report serializes") + "\n",
+        Format::Table | Format::Markdown => {
+            let mut out = crate::report::render(report, format, one_line);
+            if format == Format::Markdown {
+                out.push('\n');
+            }
+            out.push_str(&line);
+            out.push('\n');
+            out
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
