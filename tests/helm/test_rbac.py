@@ -31,6 +31,11 @@ CASES = {
     "cluster-wide-no-eviction": {"eviction": {"enabled": False}},
     "namespaced": {"rbac": {"namespaces": ["team-a", "team-b"]}},
     "namespaced-no-eviction": {"rbac": {"namespaces": ["team-a"]}, "eviction": {"enabled": False}},
+    # The webhook URLs come from Secrets, read by the kubelet: no grant changes.
+    "notifications": {"notify": {"slack": {"secretName": "bouncer-notify"},
+                                 "webhook": {"secretName": "bouncer-notify"}},
+                      "metrics": {"pushgatewayUrl": "http://pg:9091"}},
+    "notifications-env": {"notify": {"mountAs": "env", "slack": {"secretName": "bouncer-notify"}}},
 }
 
 

@@ -49,6 +49,15 @@ BAD = {
     "extraEnv-not-list": {"extraEnv": {"RUST_LOG": "debug"}},
     "extraEnv-missing-name": {"extraEnv": [{"value": "debug"}]},
     "serviceAccount-create-string": {"serviceAccount": {"create": "yes"}},
+    "notify-when": {"notify": {"when": "sometimes"}},
+    "notify-retries-too-many": {"notify": {"retries": 6}},
+    "notify-timeout-no-unit": {"notify": {"timeout": "5"}},
+    "notify-mountAs": {"notify": {"mountAs": "volume"}},
+    "notify-secret-name-invalid": {"notify": {"slack": {"secretName": "Slack URL"}}},
+    "notify-url-as-value": {"notify": {"slack": {"url": "https://hooks.slack.com/x"}}},
+    "pushgateway-no-scheme": {"metrics": {"pushgatewayUrl": "pushgateway:9091"}},
+    "prometheusRule-missedRuns-zero": {"prometheusRule": {"missedRuns": 0}},
+    "prometheusRule-interval-string": {"prometheusRule": {"scheduleIntervalSeconds": "15m"}},
 }
 
 GOOD = {
@@ -66,6 +75,15 @@ GOOD = {
                               {"name": "B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
     "resources-numbers": {"resources": {"requests": {"cpu": 0.5, "memory": "1.5Gi"}}},
     "global": {"global": {"imageRegistry": "x"}},
+    "notifications": {"clusterName": "prod-eu",
+                      "notify": {"when": "always", "timeout": "1500ms", "retries": 0, "mountAs": "env",
+                                 "slack": {"secretName": "bouncer-notify", "secretKey": "slack-url"},
+                                 "webhook": {"secretName": "hooks", "secretKey": "report.url"}},
+                      "metrics": {"pushgatewayUrl": "http://pushgateway.monitoring:9091"},
+                      "prometheusRule": {"enabled": True, "missedRuns": 2,
+                                         "scheduleIntervalSeconds": 3600,
+                                         "labels": {"release": "kube-prometheus-stack"},
+                                         "alertLabels": {"severity": "critical", "team": "ops"}}},
 }
 
 
