@@ -6,6 +6,7 @@ mod cli;
 mod faults;
 mod harness;
 mod metrics;
+mod notify;
 mod revert;
 mod safety;
 mod safety_cases;

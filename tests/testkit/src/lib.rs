@@ -16,6 +16,9 @@
 //! - [`rollout`]: kubectl's rollout-completion rules and watch-based waits for assertions.
 //! - [`toolhive`]: the real ToolHive operator (pinned releases, one process per test namespace)
 //!   and the resources it reconciles; `RevertingOperator` stays only for cases it cannot show.
+//! - [`monitoring`]: what a run notifies at its end, received for real: [`Receiver`] (an HTTP
+//!   server recording webhook requests, answering 200, 500 or never), and Debian's
+//!   [`Pushgateway`] and [`Prometheus`], one per test on free loopback ports, killed with it.
 //!
 //! Setup helpers (`cluster`, `client`, `TestNs::new`) panic with a clear message, because a test
 //! cannot do anything useful without them; operations return `anyhow::Result`.
@@ -49,6 +52,7 @@
 pub mod cluster;
 pub mod fixtures;
 pub mod metrics;
+pub mod monitoring;
 pub mod rollout;
 pub mod toolhive;
 pub mod workloads;
@@ -56,6 +60,7 @@ pub mod workloads;
 pub use cluster::{Cluster, TestNs, client, cluster, kubectl, repo_root};
 pub use fixtures::{BarePodApp, RevertMode, RevertingOperator};
 pub use metrics::{PodMemory, model_usage, parse_quantity, pod_memory, wait_pod_memory};
+pub use monitoring::{Answer, Prometheus, Pushgateway, Received, Receiver, Sample};
 pub use rollout::{
     Kind, rollout_restart_patch, wait_pod_replaced, wait_pods_ready, wait_rollout_complete,
 };
