@@ -3,11 +3,11 @@
 use std::time::Duration;
 
 use super::*;
-use crate::execute::{Outcome, Status};
-use crate::model::Kind;
-use crate::plan::{Bounce, Skip};
-use crate::policy::OnRevert;
-use crate::reason::SkipReason;
+use crate::core::outcome::{Outcome, Status};
+use crate::core::model::Kind;
+use crate::core::plan::{Bounce, Skip};
+use crate::core::policy::OnRevert;
+use crate::core::reasons::SkipReason;
 
 fn t(s: &str) -> DateTime<Utc> {
     s.parse().unwrap()

@@ -3,9 +3,9 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::model::{MetricsState, PodSample, Workload};
-use crate::policy::{MemoryTrigger, Threshold, Window};
-use crate::schedule::in_windows;
+use crate::core::model::{MetricsState, PodSample, Workload};
+use crate::core::policy::{MemoryTrigger, Threshold, Window};
+use crate::core::schedule::in_windows;
 
 /// The workload's highest pod, as the report shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]

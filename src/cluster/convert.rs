@@ -1,28 +1,25 @@
-//! Conversion of API objects into the small domain structs, done once at the edge. The rules
-//! read the slim [`wire`] forms the snapshot lists; the few full k8s-openapi objects read one at
-//! a time (fresh reads, watches) are read back into the same slim forms first.
-
-pub mod list;
-pub mod wire;
+//! Conversion of API objects into the core's domain structs, done once at the edge, from the
+//! slim [`wire`](super::wire) forms every answer is read as (LIST items, GET, PATCH and watch
+//! events alike): one set of rules per kind.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::consts::{
+use super::wire::{self, ObjectMeta, PodTemplateSpec};
+use crate::core::literals::{
     MIRROR_ANNOTATION, PROGRESS_DEADLINE_EXCEEDED, RESTARTED_AT, SIDECAR_RESTART_POLICY,
 };
-use crate::model::{
+use crate::core::mark::AttemptMark;
+use crate::core::model::{
     ContainerSample, Kind, Pdb, PodSample, RolloutStatus, StsRollingUpdate, UpdateStrategy,
     Workload, WorkloadRef,
 };
-use crate::policy::{Operator, Requirement, Selector};
-use crate::quantity::parse_bytes;
-use wire::{ObjectMeta, PodTemplateSpec, RereadError};
+use crate::core::quantity::parse_bytes;
+use crate::core::selector::{Operator, Requirement, Selector};
+use crate::core::verify::FieldWrite;
 
 pub fn time(t: &Time) -> DateTime<Utc> {
     DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
@@ -60,8 +57,8 @@ fn base(
         },
         labels: meta.labels.unwrap_or_default(),
         template_labels: template.metadata.and_then(|m| m.labels).unwrap_or_default(),
-        pod_selector: selector_string(selector),
-        attempt: crate::mark::AttemptMark::from_annotations(
+        pod_selector: self::selector(selector),
+        attempt: AttemptMark::from_annotations(
             meta.annotations.as_ref().unwrap_or(&BTreeMap::new()),
         ),
         annotations: meta.annotations.unwrap_or_default(),
@@ -99,29 +96,17 @@ fn percent_of(total: i32, pct: i32, round_up: bool) -> i32 {
     }) as i32
 }
 
-pub fn deployment(d: &Deployment) -> Result<Workload, RereadError> {
-    wire::reread::<wire::Deployment, _>(d).map(Workload::from)
+/// A Deployment, StatefulSet or DaemonSet (`kind`) as the planner sees it.
+pub fn controller(kind: Kind, c: wire::Controller) -> Workload {
+    match kind {
+        Kind::Deployment => deployment(c),
+        Kind::StatefulSet => statefulset(c),
+        Kind::DaemonSet => daemonset(c),
+        Kind::Pod => unreachable!("a bare pod is read as a Pod"),
+    }
 }
 
-pub fn statefulset(s: &StatefulSet) -> Result<Workload, RereadError> {
-    wire::reread::<wire::StatefulSet, _>(s).map(Workload::from)
-}
-
-pub fn daemonset(d: &DaemonSet) -> Result<Workload, RereadError> {
-    wire::reread::<wire::DaemonSet, _>(d).map(Workload::from)
-}
-
-pub fn pod_sample(p: &Pod) -> Result<PodSample, RereadError> {
-    wire::reread::<wire::Pod, _>(p).map(|p| PodSample::from(&p))
-}
-
-/// A bare pod as its own workload.
-pub fn bare_pod(p: &Pod) -> Result<Workload, RereadError> {
-    wire::reread(p).map(bare)
-}
-
-impl From<wire::Deployment> for Workload {
-    fn from(d: wire::Deployment) -> Workload {
+fn deployment(d: wire::Controller) -> Workload {
         let spec = d.spec.unwrap_or_default();
         let mut w = base(Kind::Deployment, d.metadata, spec.template, &spec.selector);
         let desired = spec.replicas.unwrap_or(1);
@@ -156,11 +141,9 @@ impl From<wire::Deployment> for Workload {
         }
         w.status.desired = desired;
         w
-    }
 }
 
-impl From<wire::StatefulSet> for Workload {
-    fn from(s: wire::StatefulSet) -> Workload {
+fn statefulset(s: wire::Controller) -> Workload {
         let spec = s.spec.unwrap_or_default();
         let mut w = base(Kind::StatefulSet, s.metadata, spec.template, &spec.selector);
         let desired = spec.replicas.unwrap_or(1);
@@ -181,7 +164,7 @@ impl From<wire::StatefulSet> for Workload {
         w.status.desired = desired;
         if let Some(st) = s.status {
             w.status.observed_generation = st.observed_generation.unwrap_or(0);
-            w.status.current = st.replicas;
+            w.status.current = st.replicas.unwrap_or(0);
             w.status.updated = st.updated_replicas.unwrap_or(0);
             w.status.ready = st.ready_replicas.unwrap_or(0);
             // availableReplicas is served from v1.22; before that readiness is the best signal.
@@ -190,11 +173,9 @@ impl From<wire::StatefulSet> for Workload {
             w.status.update_revision = st.update_revision;
         }
         w
-    }
 }
 
-impl From<wire::DaemonSet> for Workload {
-    fn from(d: wire::DaemonSet) -> Workload {
+fn daemonset(d: wire::Controller) -> Workload {
         let spec = d.spec.unwrap_or_default();
         let mut w = base(Kind::DaemonSet, d.metadata, spec.template, &spec.selector);
         let strategy = spec.update_strategy.unwrap_or_default();
@@ -204,7 +185,7 @@ impl From<wire::DaemonSet> for Workload {
             UpdateStrategy::RollingUpdate
         };
         if let Some(st) = &d.status {
-            let desired = st.desired_number_scheduled;
+            let desired = st.desired_number_scheduled.unwrap_or(0);
             // DaemonSets default to maxUnavailable 1; a percentage rounds up.
             let unavailable = match strategy.rolling_update.and_then(|r| r.max_unavailable) {
                 None => 1,
@@ -213,13 +194,12 @@ impl From<wire::DaemonSet> for Workload {
             w.min_ready_during_restart = desired - unavailable;
             w.status.desired = desired;
             w.status.observed_generation = st.observed_generation.unwrap_or(0);
-            w.status.current = st.current_number_scheduled;
+            w.status.current = st.current_number_scheduled.unwrap_or(0);
             w.status.updated = st.updated_number_scheduled.unwrap_or(0);
-            w.status.ready = st.number_ready;
+            w.status.ready = st.number_ready.unwrap_or(0);
             w.status.available = st.number_available.unwrap_or(0);
         }
         w
-    }
 }
 
 fn memory_limit(resources: Option<&wire::ResourceRequirements>) -> Option<u64> {
@@ -279,10 +259,10 @@ pub fn bare(p: wire::Pod) -> Workload {
         },
         labels: sample.labels.clone(),
         template_labels: sample.labels.clone(),
-        pod_selector: String::new(),
+        pod_selector: Selector::default(),
         annotations: map(&meta.annotations),
         // A bare pod's mark lives on the Lease (it must survive the pod); see Inventory.
-        attempt: crate::mark::AttemptMark::None,
+        attempt: AttemptMark::None,
         restarted_at: None,
         paused: false,
         strategy: UpdateStrategy::RollingUpdate,
@@ -303,25 +283,7 @@ pub fn bare(p: wire::Pod) -> Workload {
     }
 }
 
-/// A LabelSelector in `-l` syntax, for listing a controller's pods.
-pub fn selector_string(s: &LabelSelector) -> String {
-    let mut parts: Vec<String> = map(&s.match_labels)
-        .into_iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    for e in s.match_expressions.iter().flatten() {
-        let values = e.values.clone().unwrap_or_default().join(",");
-        parts.push(match e.operator.as_str() {
-            "In" => format!("{} in ({values})", e.key),
-            "NotIn" => format!("{} notin ({values})", e.key),
-            "Exists" => e.key.clone(),
-            _ => format!("!{}", e.key),
-        });
-    }
-    parts.join(",")
-}
-
-/// A LabelSelector as bouncer's own matcher (for PodDisruptionBudgets).
+/// A LabelSelector as the core's matcher (a controller's pods, a PodDisruptionBudget's).
 pub fn selector(s: &LabelSelector) -> Selector {
     Selector {
         match_labels: map(&s.match_labels),
@@ -355,5 +317,77 @@ impl From<wire::PodDisruptionBudget> for Pdb {
                 .unwrap_or_default(),
             disruptions_allowed: p.status.map_or(0, |s| s.disruptions_allowed),
         }
+    }
+}
+
+/// A managedFields entry as the revert rule reads it.
+pub fn field_write(e: wire::ManagedFieldsEntry) -> FieldWrite {
+    FieldWrite {
+        manager: e.manager.unwrap_or_default(),
+        time: e.time.as_ref().map(time),
+        template: e
+            .fields_v1
+            .as_ref()
+            .is_some_and(|f| f.pointer("/f:spec/f:template").is_some()),
+    }
+}
+
+#[cfg(test)]
+mod kubectl_rule_tests {
+    use crate::cluster::convert;
+    use crate::core::model::{Kind, Workload};
+    use crate::core::rollout::{RolloutState, state};
+
+    /// A StatefulSet as the API server serves it (defaulting always sets rollingUpdate), read by
+    /// the edge and judged by the core's rule.
+    fn served(rolling_update: serde_json::Value, status: serde_json::Value) -> Workload {
+        let mut strategy = serde_json::json!({"type": "RollingUpdate"});
+        if !rolling_update.is_null() {
+            strategy["rollingUpdate"] = rolling_update;
+        }
+        let json = serde_json::json!({
+            "metadata": {"name": "db", "namespace": "a", "generation": 2},
+            "spec": {"replicas": 3, "selector": {}, "template": {}, "updateStrategy": strategy},
+            "status": status,
+        });
+        convert::controller(Kind::StatefulSet, serde_json::from_value(json).unwrap())
+    }
+
+    /// Safety case 5: kubectl takes the partition branch whenever rollingUpdate is set (done
+    /// when updatedReplicas >= replicas - partition), and compares revisions only without it.
+    #[test]
+    fn case5_statefulset_completion_is_kubectls_rule() {
+        let st = |w: &Workload| state(Kind::StatefulSet, w.strategy, &w.status);
+        // All pods updated and ready; the controller has not yet moved currentRevision.
+        let status = serde_json::json!({"observedGeneration": 2, "replicas": 3, "readyReplicas": 3,
+            "updatedReplicas": 3, "currentRevision": "a", "updateRevision": "b"});
+        let defaulted = served(serde_json::json!({"partition": 0}), status.clone());
+        assert_eq!(st(&defaulted), RolloutState::Complete);
+        // rollingUpdate present without partition: kubectl skips the count and is done.
+        let empty = served(serde_json::json!({}), status.clone());
+        assert_eq!(st(&empty), RolloutState::Complete);
+        // Without rollingUpdate, the revisions decide.
+        let bare = served(serde_json::Value::Null, status);
+        assert!(
+            matches!(st(&bare), RolloutState::InProgress(_)),
+            "{:?}",
+            st(&bare)
+        );
+        // Revisions equal but updatedReplicas short: kubectl (partition 0) still waits.
+        let short = serde_json::json!({"observedGeneration": 2, "replicas": 3, "readyReplicas": 3,
+            "updatedReplicas": 2, "currentRevision": "b", "updateRevision": "b"});
+        let waiting = served(serde_json::json!({"partition": 0}), short.clone());
+        assert!(matches!(st(&waiting), RolloutState::InProgress(m) if m.contains("2 of 3")));
+        assert_eq!(
+            st(&served(serde_json::Value::Null, short)),
+            RolloutState::Complete
+        );
+        // Partition 1: done at 2 updated.
+        let two = serde_json::json!({"observedGeneration": 2, "replicas": 3, "readyReplicas": 3,
+            "updatedReplicas": 2, "currentRevision": "a", "updateRevision": "b"});
+        assert_eq!(
+            st(&served(serde_json::json!({"partition": 1}), two)),
+            RolloutState::Complete
+        );
     }
 }

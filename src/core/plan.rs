@@ -5,26 +5,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 
-use crate::consts::EXCLUDE_ANNOTATION;
-use crate::mark::AttemptMark;
-use crate::memory::{self, MemoryReading, MemoryState};
-use crate::model::{Inventory, Kind, Pdb, UpdateStrategy, Workload, WorkloadRef};
-use crate::policy::{OnRevert, Policy, RestartMethod};
-use crate::reason::{NotDue, SkipReason, Trigger};
-use crate::rollout::{self, RolloutState};
-use crate::schedule::ScheduleVerdict;
-
-/// How a bounce restarts its pods.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Method {
-    /// The restartedAt patch, then the controller's own rolling update.
-    Rollout,
-    /// Pods evicted one at a time through the Eviction API.
-    Evict,
-}
+use crate::core::literals::EXCLUDE_ANNOTATION;
+use crate::core::mark::AttemptMark;
+use crate::core::memory::{self, MemoryReading, MemoryState};
+pub use crate::core::model::Method;
+use crate::core::model::{Inventory, Kind, Pdb, UpdateStrategy, Workload, WorkloadRef};
+use crate::core::policy::{OnRevert, Policy, RestartMethod};
+use crate::core::reasons::{NotDue, SkipReason, Trigger};
+use crate::core::rollout::{self, RolloutState};
+use crate::core::schedule::ScheduleVerdict;
 
 #[derive(Debug, Clone)]
 pub struct Bounce {
@@ -83,8 +73,8 @@ pub fn plan(
     let mut policies: Vec<&Policy> = policies.iter().collect();
     policies.sort_by(|a, b| a.name.cmp(&b.name));
     let metrics_unavailable = match &inventory.metrics {
-        crate::model::MetricsState::Available => None,
-        crate::model::MetricsState::Unavailable(why) => Some(why.clone()),
+        crate::core::model::MetricsState::Available => None,
+        crate::core::model::MetricsState::Unavailable(why) => Some(why.clone()),
     };
 
     let mut candidates = Vec::new();

@@ -308,8 +308,8 @@ mod tests {
     use serde_json::{Value as Json, json};
 
     use super::*;
-    use crate::model::Kind;
-    use crate::policy::{OnRevert, RestartMethod, Threshold};
+    use crate::core::model::Kind;
+    use crate::core::policy::{OnRevert, RestartMethod, Threshold};
 
     fn base() -> Json {
         json!({

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::consts::ATTEMPT_ANNOTATION;
-use crate::plan::Method;
+use crate::core::literals::ATTEMPT_ANNOTATION;
+use crate::core::model::Method;
 
 /// How far an attempt got. `Started` is written before anything is disrupted, so a run that
 /// dies mid-bounce still leaves its mark; a rollout's mark (part of the restart patch) keeps it,
