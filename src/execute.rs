@@ -152,9 +152,12 @@ impl Executor<'_> {
         // mark rode on the restart patch (one write per bounce, as the benchmark and the tests
         // count); it stays `started`, and the outcome is in the Event and the report.
         if method == Method::Evict {
-            self.record(&b.target, &attempt.with_outcome(attempt_outcome(&out.status)))
-                .await
-                .unwrap_or_else(|e| tracing::warn!("{e}"));
+            self.record(
+                &b.target,
+                &attempt.with_outcome(attempt_outcome(&out.status)),
+            )
+            .await
+            .unwrap_or_else(|e| tracing::warn!("{e}"));
         }
         let now = (self.clock)();
         match &out.status {
@@ -309,11 +312,11 @@ impl Executor<'_> {
             after = match self.read(&b.target).await {
                 Ok(w) => w,
                 Err(e) => {
-                return Status::Failed(Failure::new(
-                    FailureCode::VerifyReadFailed,
-                    format!("verification read failed: {e}"),
-                ));
-            }
+                    return Status::Failed(Failure::new(
+                        FailureCode::VerifyReadFailed,
+                        format!("verification read failed: {e}"),
+                    ));
+                }
             };
             verdict = verify::check(&after, &written, &old);
         }
@@ -453,7 +456,9 @@ impl Executor<'_> {
             Err(e) => {
                 out.status = Status::Failed(Failure::new(
                     FailureCode::RecheckFailed,
-                    format!("bounced and verified, but the final re-check of restartedAt failed: {e}"),
+                    format!(
+                        "bounced and verified, but the final re-check of restartedAt failed: {e}"
+                    ),
                 ));
                 return;
             }

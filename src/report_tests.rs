@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use super::*;
-use crate::core::outcome::{Outcome, Status};
 use crate::core::model::Kind;
+use crate::core::outcome::{Outcome, Status};
 use crate::core::plan::{Bounce, Skip};
 use crate::core::policy::OnRevert;
 use crate::core::reasons::SkipReason;

@@ -107,99 +107,99 @@ pub fn controller(kind: Kind, c: wire::Controller) -> Workload {
 }
 
 fn deployment(d: wire::Controller) -> Workload {
-        let spec = d.spec.unwrap_or_default();
-        let mut w = base(Kind::Deployment, d.metadata, spec.template, &spec.selector);
-        let desired = spec.replicas.unwrap_or(1);
-        w.paused = spec.paused.unwrap_or(false);
-        let strategy = spec.strategy.unwrap_or_default();
-        let recreate = strategy.type_.as_deref() == Some("Recreate");
-        w.strategy = if recreate {
-            UpdateStrategy::Recreate
-        } else {
-            UpdateStrategy::RollingUpdate
-        };
-        w.min_ready_during_restart = if recreate {
-            0
-        } else {
-            let ru = strategy.rolling_update.unwrap_or_default();
-            let surge = resolve(ru.max_surge.as_ref(), desired, 25, true);
-            let mut unavailable = resolve(ru.max_unavailable.as_ref(), desired, 25, false);
-            if surge == 0 && unavailable == 0 {
-                unavailable = 1;
-            }
-            desired - unavailable
-        };
-        if let Some(s) = &d.status {
-            w.status.observed_generation = s.observed_generation.unwrap_or(0);
-            w.status.current = s.replicas.unwrap_or(0);
-            w.status.updated = s.updated_replicas.unwrap_or(0);
-            w.status.ready = s.ready_replicas.unwrap_or(0);
-            w.status.available = s.available_replicas.unwrap_or(0);
-            w.status.progress_deadline_exceeded = s.conditions.iter().flatten().any(|c| {
-                c.type_ == "Progressing" && c.reason.as_deref() == Some(PROGRESS_DEADLINE_EXCEEDED)
-            });
+    let spec = d.spec.unwrap_or_default();
+    let mut w = base(Kind::Deployment, d.metadata, spec.template, &spec.selector);
+    let desired = spec.replicas.unwrap_or(1);
+    w.paused = spec.paused.unwrap_or(false);
+    let strategy = spec.strategy.unwrap_or_default();
+    let recreate = strategy.type_.as_deref() == Some("Recreate");
+    w.strategy = if recreate {
+        UpdateStrategy::Recreate
+    } else {
+        UpdateStrategy::RollingUpdate
+    };
+    w.min_ready_during_restart = if recreate {
+        0
+    } else {
+        let ru = strategy.rolling_update.unwrap_or_default();
+        let surge = resolve(ru.max_surge.as_ref(), desired, 25, true);
+        let mut unavailable = resolve(ru.max_unavailable.as_ref(), desired, 25, false);
+        if surge == 0 && unavailable == 0 {
+            unavailable = 1;
         }
-        w.status.desired = desired;
-        w
+        desired - unavailable
+    };
+    if let Some(s) = &d.status {
+        w.status.observed_generation = s.observed_generation.unwrap_or(0);
+        w.status.current = s.replicas.unwrap_or(0);
+        w.status.updated = s.updated_replicas.unwrap_or(0);
+        w.status.ready = s.ready_replicas.unwrap_or(0);
+        w.status.available = s.available_replicas.unwrap_or(0);
+        w.status.progress_deadline_exceeded = s.conditions.iter().flatten().any(|c| {
+            c.type_ == "Progressing" && c.reason.as_deref() == Some(PROGRESS_DEADLINE_EXCEEDED)
+        });
+    }
+    w.status.desired = desired;
+    w
 }
 
 fn statefulset(s: wire::Controller) -> Workload {
-        let spec = s.spec.unwrap_or_default();
-        let mut w = base(Kind::StatefulSet, s.metadata, spec.template, &spec.selector);
-        let desired = spec.replicas.unwrap_or(1);
-        let strategy = spec.update_strategy.unwrap_or_default();
-        w.strategy = if strategy.type_.as_deref() == Some("OnDelete") {
-            UpdateStrategy::OnDelete
-        } else {
-            UpdateStrategy::RollingUpdate
-        };
-        w.status.rolling_update = match strategy.rolling_update {
-            None => StsRollingUpdate::Unset,
-            Some(r) => StsRollingUpdate::Set {
-                partition: r.partition,
-            },
-        };
-        // The StatefulSet controller replaces one pod at a time.
-        w.min_ready_during_restart = desired - 1;
-        w.status.desired = desired;
-        if let Some(st) = s.status {
-            w.status.observed_generation = st.observed_generation.unwrap_or(0);
-            w.status.current = st.replicas.unwrap_or(0);
-            w.status.updated = st.updated_replicas.unwrap_or(0);
-            w.status.ready = st.ready_replicas.unwrap_or(0);
-            // availableReplicas is served from v1.22; before that readiness is the best signal.
-            w.status.available = st.available_replicas.unwrap_or(w.status.ready);
-            w.status.current_revision = st.current_revision;
-            w.status.update_revision = st.update_revision;
-        }
-        w
+    let spec = s.spec.unwrap_or_default();
+    let mut w = base(Kind::StatefulSet, s.metadata, spec.template, &spec.selector);
+    let desired = spec.replicas.unwrap_or(1);
+    let strategy = spec.update_strategy.unwrap_or_default();
+    w.strategy = if strategy.type_.as_deref() == Some("OnDelete") {
+        UpdateStrategy::OnDelete
+    } else {
+        UpdateStrategy::RollingUpdate
+    };
+    w.status.rolling_update = match strategy.rolling_update {
+        None => StsRollingUpdate::Unset,
+        Some(r) => StsRollingUpdate::Set {
+            partition: r.partition,
+        },
+    };
+    // The StatefulSet controller replaces one pod at a time.
+    w.min_ready_during_restart = desired - 1;
+    w.status.desired = desired;
+    if let Some(st) = s.status {
+        w.status.observed_generation = st.observed_generation.unwrap_or(0);
+        w.status.current = st.replicas.unwrap_or(0);
+        w.status.updated = st.updated_replicas.unwrap_or(0);
+        w.status.ready = st.ready_replicas.unwrap_or(0);
+        // availableReplicas is served from v1.22; before that readiness is the best signal.
+        w.status.available = st.available_replicas.unwrap_or(w.status.ready);
+        w.status.current_revision = st.current_revision;
+        w.status.update_revision = st.update_revision;
+    }
+    w
 }
 
 fn daemonset(d: wire::Controller) -> Workload {
-        let spec = d.spec.unwrap_or_default();
-        let mut w = base(Kind::DaemonSet, d.metadata, spec.template, &spec.selector);
-        let strategy = spec.update_strategy.unwrap_or_default();
-        w.strategy = if strategy.type_.as_deref() == Some("OnDelete") {
-            UpdateStrategy::OnDelete
-        } else {
-            UpdateStrategy::RollingUpdate
+    let spec = d.spec.unwrap_or_default();
+    let mut w = base(Kind::DaemonSet, d.metadata, spec.template, &spec.selector);
+    let strategy = spec.update_strategy.unwrap_or_default();
+    w.strategy = if strategy.type_.as_deref() == Some("OnDelete") {
+        UpdateStrategy::OnDelete
+    } else {
+        UpdateStrategy::RollingUpdate
+    };
+    if let Some(st) = &d.status {
+        let desired = st.desired_number_scheduled.unwrap_or(0);
+        // DaemonSets default to maxUnavailable 1; a percentage rounds up.
+        let unavailable = match strategy.rolling_update.and_then(|r| r.max_unavailable) {
+            None => 1,
+            Some(v) => resolve(Some(&v), desired, 0, true).max(1),
         };
-        if let Some(st) = &d.status {
-            let desired = st.desired_number_scheduled.unwrap_or(0);
-            // DaemonSets default to maxUnavailable 1; a percentage rounds up.
-            let unavailable = match strategy.rolling_update.and_then(|r| r.max_unavailable) {
-                None => 1,
-                Some(v) => resolve(Some(&v), desired, 0, true).max(1),
-            };
-            w.min_ready_during_restart = desired - unavailable;
-            w.status.desired = desired;
-            w.status.observed_generation = st.observed_generation.unwrap_or(0);
-            w.status.current = st.current_number_scheduled.unwrap_or(0);
-            w.status.updated = st.updated_number_scheduled.unwrap_or(0);
-            w.status.ready = st.number_ready.unwrap_or(0);
-            w.status.available = st.number_available.unwrap_or(0);
-        }
-        w
+        w.min_ready_during_restart = desired - unavailable;
+        w.status.desired = desired;
+        w.status.observed_generation = st.observed_generation.unwrap_or(0);
+        w.status.current = st.current_number_scheduled.unwrap_or(0);
+        w.status.updated = st.updated_number_scheduled.unwrap_or(0);
+        w.status.ready = st.number_ready.unwrap_or(0);
+        w.status.available = st.number_available.unwrap_or(0);
+    }
+    w
 }
 
 fn memory_limit(resources: Option<&wire::ResourceRequirements>) -> Option<u64> {
@@ -388,6 +388,163 @@ mod kubectl_rule_tests {
         assert_eq!(
             st(&served(serde_json::json!({"partition": 1}), two)),
             RolloutState::Complete
+        );
+    }
+}
+
+#[cfg(test)]
+mod api_json_tests {
+    use serde_json::json;
+
+    use crate::cluster::convert;
+    use crate::cluster::wire::*;
+    use crate::core::model::{Kind, PodSample};
+
+    /// A pod as the API server sends it: managedFields, nulls, fields bouncer never reads.
+    fn pod_json() -> serde_json::Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "web-7d4b9c-x2x9z", "namespace": "shop", "uid": "u-1", "generation": null,
+                "labels": {"app": "web", "pod-template-hash": "7d4b9c"},
+                "annotations": {"kubernetes.io/config.mirror": "x"},
+                "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d4b9c", "uid": "r", "controller": true}
+                ],
+                "managedFields": [{"manager": "kubelet", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {".": {}}}}]
+            },
+            "spec": {
+                "containers": [
+                    {"name": "app", "image": "web:1", "resources": {"limits": {"memory": "256Mi", "cpu": "1"}, "requests": {"cpu": "10m"}}},
+                    {"name": "proxy", "image": "proxy:1", "resources": {}}
+                ],
+                "nodeName": null
+            },
+            "status": {
+                "phase": "Running", "startTime": "2024-05-01T10:00:00Z",
+                "conditions": [
+                    {"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2024-05-01T10:00:05Z"}
+                ],
+                "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "state": {"running": {}}}]
+            }
+        })
+    }
+
+    #[test]
+    fn pods_convert_from_api_json() {
+        let slim: Pod = serde_json::from_value(pod_json()).unwrap();
+        let sample = PodSample::from(&slim);
+        assert_eq!(sample.name, "web-7d4b9c-x2x9z");
+        assert_eq!(sample.containers[0].limit, Some(256 << 20));
+        assert_eq!(sample.containers[1].limit, None);
+        assert!(sample.ready);
+        assert_eq!(sample.started.map(|t| t.timestamp()), Some(1_714_557_600));
+        let bare = convert::bare(slim);
+        assert!(bare.mirror, "the mirror annotation is read");
+        assert_eq!(bare.pods, vec![sample]);
+    }
+
+    #[test]
+    fn controllers_convert_from_api_json() {
+        let meta = json!({"name": "web", "namespace": "shop", "generation": 4, "labels": {"app": "web"},
+                          "annotations": {"bouncer.dev/exclude": "true"}});
+        let template = json!({"metadata": {"labels": {"app": "web"}, "creationTimestamp": null,
+                              "annotations": {"kubectl.kubernetes.io/restartedAt": "2024-05-01T10:00:00Z"}},
+                              "spec": {"containers": [{"name": "app", "image": "web:1"}]}});
+        let selector = json!({"matchLabels": {"app": "web"},
+                              "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["canary"]}]});
+        let deployment = json!({
+            "metadata": meta, "spec": {"replicas": 4, "paused": true, "selector": selector, "template": template,
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "50%", "maxUnavailable": 1}}},
+            "status": {"observedGeneration": 3, "replicas": 5, "updatedReplicas": 2, "readyReplicas": 4,
+                       "availableReplicas": 4, "conditions": [{"type": "Progressing", "status": "False",
+                       "reason": "ProgressDeadlineExceeded"}]}
+        });
+        let statefulset = json!({
+            "metadata": meta, "spec": {"replicas": 3, "selector": selector, "template": template, "serviceName": "web",
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 1}}},
+            "status": {"observedGeneration": 4, "replicas": 3, "readyReplicas": 2, "currentRevision": "a",
+                       "updateRevision": "b"}
+        });
+        let daemonset = json!({
+            "metadata": meta, "spec": {"selector": selector, "template": template,
+            "updateStrategy": {"type": "OnDelete", "rollingUpdate": {"maxUnavailable": "34%"}}},
+            "status": {"desiredNumberScheduled": 3, "currentNumberScheduled": 3, "numberReady": 2,
+                       "numberMisscheduled": 0, "observedGeneration": 4}
+        });
+        let read = |kind: Kind, json: serde_json::Value| {
+            let w = convert::controller(kind, serde_json::from_value(json).unwrap());
+            (format!("{w:?}"), w)
+        };
+        let (d, deployment) = read(Kind::Deployment, deployment);
+        assert!(
+            d.contains("progress_deadline_exceeded: true") && d.contains("paused: true"),
+            "{d}"
+        );
+        assert!(
+            deployment.pod_selector.to_string() == "app=web,tier notin (canary)"
+                && d.contains("restarted_at: Some(2024-05-01T10:00:00Z)"),
+            "{d}"
+        );
+        let (s, _) = read(Kind::StatefulSet, statefulset);
+        assert!(
+            s.contains("partition: Some(1)") && s.contains("update_revision: Some(\"b\")"),
+            "{s}"
+        );
+        let (ds, _) = read(Kind::DaemonSet, daemonset);
+        assert!(
+            ds.contains("OnDelete") && ds.contains("min_ready_during_restart: 1"),
+            "{ds}"
+        );
+    }
+
+    /// An answer that does not read as its slim form is an error naming the object, never a
+    /// panic, and never retried.
+    #[test]
+    fn an_answer_that_does_not_decode_is_an_error_naming_the_object() {
+        let e = decode::<Controller>("{\"spec\": 3}", "Deployment", "shop", "web").unwrap_err();
+        let kube_error = kube::Error::from(e);
+        assert!(
+            !crate::cluster::retry::transient(&kube_error),
+            "not retried"
+        );
+        let text = kube_error.to_string();
+        assert!(
+            text.contains("failed to read Deployment shop/web from the API server's answer"),
+            "{text}"
+        );
+        // The happy path: a served object reads.
+        let json = serde_json::to_string(&pod_json()).unwrap();
+        assert!(decode::<Pod>(&json, "Pod", "shop", "web").is_ok());
+    }
+
+    #[test]
+    fn metrics_and_pdbs_read_from_api_json() {
+        let metrics: PodMetrics = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "n"}, "timestamp": "2024-05-01T10:00:00Z", "window": "30s",
+            "containers": [{"name": "app", "usage": {"cpu": "1m", "memory": "1024Ki"}}, {"name": "x", "usage": {}}]
+        }))
+        .unwrap();
+        assert_eq!(
+            metrics.containers[0]
+                .usage
+                .memory
+                .as_ref()
+                .map(|q| q.0.as_str()),
+            Some("1024Ki")
+        );
+        assert!(metrics.containers[1].usage.memory.is_none());
+        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+            "status": {"disruptionsAllowed": 1, "currentHealthy": 3}
+        }))
+        .unwrap();
+        let pdb = crate::core::model::Pdb::from(pdb);
+        assert_eq!((pdb.name.as_str(), pdb.disruptions_allowed), ("web", 1));
+        assert_eq!(
+            pdb.selector.match_labels.get("app").map(String::as_str),
+            Some("web")
         );
     }
 }

@@ -84,12 +84,8 @@ pub async fn field_writes(
         .get(&target.name, &GetParams::default())
         .map_err(kube::Error::BuildRequest)?;
     let json = client.request_text(req).await?;
-    let managed: wire::Managed = wire::decode(
-        &json,
-        target.kind.as_str(),
-        &target.namespace,
-        &target.name,
-    )?;
+    let managed: wire::Managed =
+        wire::decode(&json, target.kind.as_str(), &target.namespace, &target.name)?;
     Ok(managed
         .metadata
         .managed_fields

@@ -60,10 +60,12 @@ async fn patch(
     target: &WorkloadRef,
     body: &serde_json::Value,
 ) -> Result<(Workload, String), ClusterError> {
-    with_retries(&format!("patch {target}"), || kinds::patch(client, target, body))
-        .await
-        .map_err(|source| ClusterError::Patch {
-            target: target.clone(),
-            source,
-        })
+    with_retries(&format!("patch {target}"), || {
+        kinds::patch(client, target, body)
+    })
+    .await
+    .map_err(|source| ClusterError::Patch {
+        target: target.clone(),
+        source,
+    })
 }

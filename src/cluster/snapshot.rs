@@ -168,9 +168,14 @@ pub async fn snapshot(
 ) -> Result<Inventory, ClusterError> {
     let wrap = |what: &'static str| move |source| ClusterError::List { what, source };
     let namespaces = async {
-        let all = list(client, &[], |_| "/api/v1/namespaces".into(), excluded_namespace)
-            .await
-            .map_err(wrap("namespaces"))?;
+        let all = list(
+            client,
+            &[],
+            |_| "/api/v1/namespaces".into(),
+            excluded_namespace,
+        )
+        .await
+        .map_err(wrap("namespaces"))?;
         Ok::<_, ClusterError>(all.into_iter().flatten().collect::<BTreeSet<_>>())
     };
     let metrics = async {
@@ -182,9 +187,14 @@ pub async fn snapshot(
     };
     let (pods, rs, deployments, statefulsets, daemonsets, pdbs, excluded, (metrics, usage)) = futures::join!(
         async {
-            list(client, scope, |ns| kinds::collection(Kind::Pod, ns), pod_entry)
-                .await
-                .map_err(wrap("pods"))
+            list(
+                client,
+                scope,
+                |ns| kinds::collection(Kind::Pod, ns),
+                pod_entry,
+            )
+            .await
+            .map_err(wrap("pods"))
         },
         async {
             list(client, scope, kinds::replicasets, rs_owner)
@@ -208,9 +218,14 @@ pub async fn snapshot(
         },
         async {
             let url = |ns: Option<&str>| namespaced("/apis/policy/v1/poddisruptionbudgets", ns);
-            list(client, scope, url, <Pdb as From<wire::PodDisruptionBudget>>::from)
-                .await
-                .map_err(wrap("poddisruptionbudgets"))
+            list(
+                client,
+                scope,
+                url,
+                <Pdb as From<wire::PodDisruptionBudget>>::from,
+            )
+            .await
+            .map_err(wrap("poddisruptionbudgets"))
         },
         namespaces,
         metrics,

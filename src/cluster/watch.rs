@@ -229,17 +229,23 @@ pub async fn wait(
             return done;
         }
         let from = Some(start.resource_version.to_string()).filter(|v| !v.is_empty() && v != "0");
-        follow(client, &url, &filter, from, |seen: Seen<wire::Controller>| {
-            let c = match seen {
-                Seen::Listed(mut items) => match items.pop() {
-                    Some(c) => c,
-                    None => return Some(deleted()),
-                },
-                Seen::Applied(c) => c,
-                Seen::Deleted(_) => return Some(deleted()),
-            };
-            progress.observe(&super::convert::controller(target.kind, c))
-        })
+        follow(
+            client,
+            &url,
+            &filter,
+            from,
+            |seen: Seen<wire::Controller>| {
+                let c = match seen {
+                    Seen::Listed(mut items) => match items.pop() {
+                        Some(c) => c,
+                        None => return Some(deleted()),
+                    },
+                    Seen::Applied(c) => c,
+                    Seen::Deleted(_) => return Some(deleted()),
+                };
+                progress.observe(&super::convert::controller(target.kind, c))
+            },
+        )
         .await
     };
     let result = tokio::time::timeout(timeout, waiting).await;

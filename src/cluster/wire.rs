@@ -59,7 +59,14 @@ pub trait Object {
 macro_rules! objects {
     ($($t:ty),*) => {$(impl Object for $t { fn meta(&self) -> &ObjectMeta { &self.metadata } })*};
 }
-objects!(Pod, Controller, ReplicaSet, Namespace, PodMetrics, PodDisruptionBudget);
+objects!(
+    Pod,
+    Controller,
+    ReplicaSet,
+    Namespace,
+    PodMetrics,
+    PodDisruptionBudget
+);
 
 /// The metadata of a LIST page (its items are read one by one, see [`super::list`]).
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -296,161 +303,4 @@ pub struct PdbSpec {
 pub struct PdbStatus {
     #[serde(default, deserialize_with = "nullable")]
     pub disruptions_allowed: i32,
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-    use crate::cluster::convert;
-    use crate::core::model::{Kind, PodSample};
-
-    /// A pod as the API server sends it: managedFields, nulls, fields bouncer never reads.
-    fn pod_json() -> serde_json::Value {
-        json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {
-                "name": "web-7d4b9c-x2x9z", "namespace": "shop", "uid": "u-1", "generation": null,
-                "labels": {"app": "web", "pod-template-hash": "7d4b9c"},
-                "annotations": {"kubernetes.io/config.mirror": "x"},
-                "ownerReferences": [
-                    {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d4b9c", "uid": "r", "controller": true}
-                ],
-                "managedFields": [{"manager": "kubelet", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {".": {}}}}]
-            },
-            "spec": {
-                "containers": [
-                    {"name": "app", "image": "web:1", "resources": {"limits": {"memory": "256Mi", "cpu": "1"}, "requests": {"cpu": "10m"}}},
-                    {"name": "proxy", "image": "proxy:1", "resources": {}}
-                ],
-                "nodeName": null
-            },
-            "status": {
-                "phase": "Running", "startTime": "2024-05-01T10:00:00Z",
-                "conditions": [
-                    {"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2024-05-01T10:00:05Z"}
-                ],
-                "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "state": {"running": {}}}]
-            }
-        })
-    }
-
-    #[test]
-    fn pods_convert_from_api_json() {
-        let slim: Pod = serde_json::from_value(pod_json()).unwrap();
-        let sample = PodSample::from(&slim);
-        assert_eq!(sample.name, "web-7d4b9c-x2x9z");
-        assert_eq!(sample.containers[0].limit, Some(256 << 20));
-        assert_eq!(sample.containers[1].limit, None);
-        assert!(sample.ready);
-        assert_eq!(sample.started.map(|t| t.timestamp()), Some(1_714_557_600));
-        let bare = convert::bare(slim);
-        assert!(bare.mirror, "the mirror annotation is read");
-        assert_eq!(bare.pods, vec![sample]);
-    }
-
-    #[test]
-    fn controllers_convert_from_api_json() {
-        let meta = json!({"name": "web", "namespace": "shop", "generation": 4, "labels": {"app": "web"},
-                          "annotations": {"bouncer.dev/exclude": "true"}});
-        let template = json!({"metadata": {"labels": {"app": "web"}, "creationTimestamp": null,
-                              "annotations": {"kubectl.kubernetes.io/restartedAt": "2024-05-01T10:00:00Z"}},
-                              "spec": {"containers": [{"name": "app", "image": "web:1"}]}});
-        let selector = json!({"matchLabels": {"app": "web"},
-                              "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["canary"]}]});
-        let deployment = json!({
-            "metadata": meta, "spec": {"replicas": 4, "paused": true, "selector": selector, "template": template,
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "50%", "maxUnavailable": 1}}},
-            "status": {"observedGeneration": 3, "replicas": 5, "updatedReplicas": 2, "readyReplicas": 4,
-                       "availableReplicas": 4, "conditions": [{"type": "Progressing", "status": "False",
-                       "reason": "ProgressDeadlineExceeded"}]}
-        });
-        let statefulset = json!({
-            "metadata": meta, "spec": {"replicas": 3, "selector": selector, "template": template, "serviceName": "web",
-            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 1}}},
-            "status": {"observedGeneration": 4, "replicas": 3, "readyReplicas": 2, "currentRevision": "a",
-                       "updateRevision": "b"}
-        });
-        let daemonset = json!({
-            "metadata": meta, "spec": {"selector": selector, "template": template,
-            "updateStrategy": {"type": "OnDelete", "rollingUpdate": {"maxUnavailable": "34%"}}},
-            "status": {"desiredNumberScheduled": 3, "currentNumberScheduled": 3, "numberReady": 2,
-                       "numberMisscheduled": 0, "observedGeneration": 4}
-        });
-        let read = |kind: Kind, json: serde_json::Value| {
-            let w = convert::controller(kind, serde_json::from_value(json).unwrap());
-            (format!("{w:?}"), w)
-        };
-        let (d, deployment) = read(Kind::Deployment, deployment);
-        assert!(
-            d.contains("progress_deadline_exceeded: true") && d.contains("paused: true"),
-            "{d}"
-        );
-        assert!(
-            deployment.pod_selector.to_string() == "app=web,tier notin (canary)"
-                && d.contains("restarted_at: Some(2024-05-01T10:00:00Z)"),
-            "{d}"
-        );
-        let (s, _) = read(Kind::StatefulSet, statefulset);
-        assert!(
-            s.contains("partition: Some(1)") && s.contains("update_revision: Some(\"b\")"),
-            "{s}"
-        );
-        let (ds, _) = read(Kind::DaemonSet, daemonset);
-        assert!(
-            ds.contains("OnDelete") && ds.contains("min_ready_during_restart: 1"),
-            "{ds}"
-        );
-    }
-
-    /// An answer that does not read as its slim form is an error naming the object, never a
-    /// panic, and never retried.
-    #[test]
-    fn an_answer_that_does_not_decode_is_an_error_naming_the_object() {
-        let e = decode::<Controller>("{\"spec\": 3}", "Deployment", "shop", "web").unwrap_err();
-        let kube_error = kube::Error::from(e);
-        assert!(
-            !crate::cluster::retry::transient(&kube_error),
-            "not retried"
-        );
-        let text = kube_error.to_string();
-        assert!(
-            text.contains("failed to read Deployment shop/web from the API server's answer"),
-            "{text}"
-        );
-        // The happy path: a served object reads.
-        let json = serde_json::to_string(&pod_json()).unwrap();
-        assert!(decode::<Pod>(&json, "Pod", "shop", "web").is_ok());
-    }
-
-    #[test]
-    fn metrics_and_pdbs_read_from_api_json() {
-        let metrics: PodMetrics = serde_json::from_value(json!({
-            "metadata": {"name": "p", "namespace": "n"}, "timestamp": "2024-05-01T10:00:00Z", "window": "30s",
-            "containers": [{"name": "app", "usage": {"cpu": "1m", "memory": "1024Ki"}}, {"name": "x", "usage": {}}]
-        }))
-        .unwrap();
-        assert_eq!(
-            metrics.containers[0]
-                .usage
-                .memory
-                .as_ref()
-                .map(|q| q.0.as_str()),
-            Some("1024Ki")
-        );
-        assert!(metrics.containers[1].usage.memory.is_none());
-        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-            "metadata": {"name": "web", "namespace": "shop"},
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}},
-            "status": {"disruptionsAllowed": 1, "currentHealthy": 3}
-        }))
-        .unwrap();
-        let pdb = crate::core::model::Pdb::from(pdb);
-        assert_eq!((pdb.name.as_str(), pdb.disruptions_allowed), ("web", 1));
-        assert_eq!(
-            pdb.selector.match_labels.get("app").map(String::as_str),
-            Some("web")
-        );
-    }
 }

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use crate::core::literals::EXCLUDE_ANNOTATION;
 use crate::core::mark::AttemptMark;
-use crate::core::memory::{self, MemoryReading, MemoryState};
+use crate::core::memory::{self, Evaluation, MemoryReading, MemoryState};
 pub use crate::core::model::Method;
 use crate::core::model::{Inventory, Kind, Pdb, UpdateStrategy, Workload, WorkloadRef};
 use crate::core::policy::{OnRevert, Policy, RestartMethod};
@@ -84,8 +84,14 @@ pub fn plan(
             if !selects(policy, workload) {
                 continue;
             }
-            let reading = memory::reading(policy.memory.as_ref(), workload);
-            match decide(policy, workload, inventory, now) {
+            let (reading, memory) = memory::assess(
+                policy.memory.as_ref(),
+                &policy.windows,
+                workload,
+                &inventory.metrics,
+                now,
+            );
+            match decide(policy, workload, memory, inventory, now) {
                 Ok((method, triggers, urgency)) => candidates.push(Candidate {
                     bounce: Bounce {
                         policy: policy.name.clone(),
@@ -204,6 +210,7 @@ type Decision = (Method, Vec<Trigger>, Option<f64>);
 fn decide(
     policy: &Policy,
     w: &Workload,
+    memory: Option<Evaluation>,
     inv: &Inventory,
     now: DateTime<Utc>,
 ) -> Result<Decision, SkipReason> {
@@ -216,7 +223,7 @@ fn decide(
             error: error.clone(),
         });
     }
-    let (triggers, urgency) = match triggers(policy, w, inv, now) {
+    let (triggers, urgency) = match triggers(policy, w, memory, now) {
         // A fire held back only by our own recent attempt reads as the cooldown while that
         // lasts (the reason names the attempt's time); after it, the fire stays attempted.
         Err(SkipReason::NotDue(n))
@@ -261,18 +268,11 @@ pub fn identity_gates(
 fn triggers(
     policy: &Policy,
     w: &Workload,
-    inv: &Inventory,
+    eval: Option<Evaluation>,
     now: DateTime<Utc>,
 ) -> Result<(Vec<Trigger>, Option<f64>), SkipReason> {
     let mut fired = Vec::new();
     let mut not_due = NotDue::default();
-    let eval = memory::evaluate(
-        policy.memory.as_ref(),
-        policy.windows.as_slice(),
-        w,
-        &inv.metrics,
-        now,
-    );
     let urgency = eval.as_ref().and_then(|e| e.ratio);
     if let Some(eval) = eval {
         match eval.state {

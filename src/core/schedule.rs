@@ -17,7 +17,6 @@ use chrono::{
 };
 use chrono_tz::Tz;
 
-
 /// A validated schedule trigger.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Schedule {

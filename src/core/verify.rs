@@ -259,11 +259,7 @@ mod tests {
                 "2026-01-01T03:00:05Z",
                 "f:status",
             ),
-            entry(
-                "helm",
-                "2026-01-01T01:00:00Z",
-                "f:metadata/f:labels",
-            ),
+            entry("helm", "2026-01-01T01:00:00Z", "f:metadata/f:labels"),
         ];
         let found = reverters(&entries, since);
         assert_eq!(

@@ -11,9 +11,9 @@ use std::time::Duration;
 use crate::core::model::Kind;
 pub use crate::core::schedule::{Schedule, Window};
 
+pub use crate::core::selector::{Operator, Requirement, Selector};
 pub use load::{LoadError, PolicyError, load_paths, parse_str};
 pub use schema::json_schema;
-pub use crate::core::selector::{Operator, Requirement, Selector};
 
 pub const API_VERSION: &str = "bouncer.dev/v1alpha1";
 pub const KIND: &str = "BouncePolicy";
