@@ -4,10 +4,11 @@
 mod bounce;
 mod cli;
 mod faults;
+mod ground;
 mod harness;
 mod metrics;
 mod revert;
 mod safety;
 mod safety_cases;
-mod support;
+
 mod toolhive;
