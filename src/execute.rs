@@ -8,81 +8,38 @@ use chrono::{DateTime, Utc};
 use kube::Client;
 use tokio::sync::watch;
 
-use crate::consts::{REASON_BOUNCED, REASON_FAILED, REASON_REVERTED};
-use crate::events::{self, Severity};
-use crate::inventory::{read_controller, read_workload};
-use crate::lock::LeaseGuard;
-use crate::mark::{Attempt, AttemptMark, AttemptOutcome, BareMarks, bare_key};
-use crate::model::{Kind, Pdb, Workload, WorkloadRef};
-use crate::plan::{self, Bounce, Method, Plan};
-use crate::policy::{OnRevert, Policy};
-use crate::reason::SkipReason;
-use crate::restart::{self, with_retries};
-use crate::rollout;
-use crate::verify::{self, Verdict};
+use crate::cluster::events::{self, Severity};
+use crate::cluster::evict::{self, EvictError};
+use crate::cluster::lock::{LeaseGuard, Stop};
+use crate::cluster::retry::with_retries;
+use crate::cluster::snapshot::read_workload;
+use crate::cluster::watch::{self as rollout, WaitError};
+use crate::cluster::{kinds, restart, revert};
+use crate::core::literals::{REASON_BOUNCED, REASON_FAILED, REASON_REVERTED, rfc3339};
+use crate::core::mark::{Attempt, AttemptMark, BareMarks, bare_key};
+use crate::core::model::{Kind, Pdb, Workload, WorkloadRef};
+use crate::core::outcome::{Failure, FailureCode, Outcome, Status, attempt_outcome};
+use crate::core::plan::{self, Bounce, Method, Plan};
+use crate::core::policy::{OnRevert, Policy};
+use crate::core::reasons::SkipReason;
+use crate::core::verify::{self, Verdict};
 
-/// Why the run must stop (SIGTERM, the lock lost); `None` while it may go on.
-pub type Stop = Option<String>;
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Status {
-    /// Restarted, rollout complete, verified.
-    Bounced,
-    /// The owner reverted the restart; the pods were then evicted one at a time (onRevert: evict).
-    RevertedEvicted { managers: Vec<String> },
-    /// The owner reverted the restart (onRevert: fail). Halts the queue.
-    Reverted { managers: Vec<String> },
-    /// The fresh read before acting found a reason not to.
-    Skipped(SkipReason),
-    /// Patch, rollout, eviction or verification failed. Halts the queue.
-    Failed(String),
-    /// The run was asked to stop (SIGTERM, or the lock was lost: the text says which) during
-    /// this bounce or right before it; nothing new is started after that.
-    Interrupted(String),
-    /// Not tried because an earlier bounce halted the queue.
-    NotAttempted,
+fn wait_failure(e: WaitError) -> Failure {
+    let code = match e {
+        WaitError::Timeout { .. } => FailureCode::RolloutTimedOut,
+        WaitError::Failed { .. } => FailureCode::RolloutFailed,
+        WaitError::Deleted { .. } => FailureCode::WorkloadDeleted,
+    };
+    Failure::new(code, e.to_string())
 }
 
-impl Status {
-    pub fn halts(&self) -> bool {
-        matches!(
-            self,
-            Status::Reverted { .. } | Status::Failed(_) | Status::Interrupted(_)
-        )
-    }
-
-    pub fn code(&self) -> &'static str {
-        match self {
-            Status::Bounced => "bounced",
-            Status::RevertedEvicted { .. } => "revertedEvicted",
-            Status::Reverted { .. } => "reverted",
-            Status::Skipped(_) => "skipped",
-            Status::Failed(_) => "failed",
-            Status::Interrupted(_) => "interrupted",
-            Status::NotAttempted => "notAttempted",
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Outcome {
-    pub policy: String,
-    pub target: WorkloadRef,
-    pub method: Method,
-    pub status: Status,
-    pub started: Option<DateTime<Utc>>,
-    /// When the restartedAt patch (or the first eviction) was written.
-    pub patched_at: Option<DateTime<Utc>>,
-    /// When the rollout was seen complete (or the last replacement ready).
-    pub completed_at: Option<DateTime<Utc>>,
-    pub finished: Option<DateTime<Utc>>,
-    pub verification: Option<String>,
-    /// The restartedAt value the bounce wrote (rollouts only).
-    pub written: Option<String>,
-    /// The attempt mark this bounce wrote before acting.
-    pub attempt: Option<Attempt>,
-    /// When the run's final re-check (right before the report) last saw the annotation intact.
-    pub last_confirmed: Option<DateTime<Utc>>,
+fn evict_failure(e: EvictError) -> Failure {
+    let code = match e {
+        EvictError::Refused { .. } => FailureCode::EvictionRefused,
+        EvictError::NoReplacement { .. } => FailureCode::NoReplacement,
+        EvictError::Api(_) => FailureCode::EvictionFailed,
+    };
+    Failure::new(code, e.to_string())
 }
 
 pub struct Executor<'a> {
@@ -104,17 +61,6 @@ pub struct Executor<'a> {
 enum Step<T> {
     Done(T),
     Stopped,
-}
-
-/// The mark's outcome for a bounce's status.
-fn outcome_of(status: &Status) -> AttemptOutcome {
-    match status {
-        Status::Bounced => AttemptOutcome::Bounced,
-        Status::RevertedEvicted { .. } => AttemptOutcome::RevertedEvicted,
-        Status::Reverted { .. } => AttemptOutcome::Reverted,
-        Status::Interrupted(_) => AttemptOutcome::Interrupted,
-        Status::Failed(_) | Status::Skipped(_) | Status::NotAttempted => AttemptOutcome::Failed,
-    }
 }
 
 impl Executor<'_> {
@@ -206,9 +152,12 @@ impl Executor<'_> {
         // mark rode on the restart patch (one write per bounce, as the benchmark and the tests
         // count); it stays `started`, and the outcome is in the Event and the report.
         if method == Method::Evict {
-            self.record(&b.target, &attempt.with_outcome(outcome_of(&out.status)))
-                .await
-                .unwrap_or_else(|e| tracing::warn!("{e}"));
+            self.record(
+                &b.target,
+                &attempt.with_outcome(attempt_outcome(&out.status)),
+            )
+            .await
+            .unwrap_or_else(|e| tracing::warn!("{e}"));
         }
         let now = (self.clock)();
         match &out.status {
@@ -233,7 +182,7 @@ impl Executor<'_> {
                     &self.client,
                     &b.target,
                     REASON_FAILED,
-                    why,
+                    &why.detail,
                     Severity::Warning,
                     now,
                 )
@@ -260,7 +209,10 @@ impl Executor<'_> {
         out: &mut Outcome,
     ) -> Status {
         if let Err(e) = self.record(&fresh.target, attempt).await {
-            return Status::Failed(format!("{e}; nothing was evicted"));
+            return Status::Failed(Failure::new(
+                FailureCode::MarkFailed,
+                format!("{e}; nothing was evicted"),
+            ));
         }
         let before: BTreeSet<String> = fresh.pods.iter().map(|p| p.uid.clone()).collect();
         match self.evict_all(fresh, &before, deadline, out).await {
@@ -303,7 +255,7 @@ impl Executor<'_> {
         let patched = match restart::patch_restarted_at(&self.client, &b.target, at, attempt).await
         {
             Ok(p) => p,
-            Err(e) => return Status::Failed(e.to_string()),
+            Err(e) => return Status::Failed(Failure::new(FailureCode::PatchFailed, e.to_string())),
         };
         let written = patched.value.clone();
         out.written = Some(written.clone());
@@ -318,7 +270,7 @@ impl Executor<'_> {
             .await;
         match waited {
             Step::Stopped => return self.interrupted(),
-            Step::Done(Err(e)) => return Status::Failed(e.to_string()),
+            Step::Done(Err(e)) => return Status::Failed(wait_failure(e)),
             Step::Done(Ok(())) => out.completed_at = Some((self.clock)()),
         }
         // Give a reverting owner `settle` after the patch to show itself; rollouts usually take
@@ -335,7 +287,12 @@ impl Executor<'_> {
         }
         let mut after = match self.read(&b.target).await {
             Ok(w) => w,
-            Err(e) => return Status::Failed(format!("verification read failed: {e}")),
+            Err(e) => {
+                return Status::Failed(Failure::new(
+                    FailureCode::VerifyReadFailed,
+                    format!("verification read failed: {e}"),
+                ));
+            }
         };
         let mut verdict = verify::check(&after, &written, &old);
         // Every pod is new but some are not ready yet: an autoscaler added them during the
@@ -349,12 +306,17 @@ impl Executor<'_> {
             let again = rollout::wait(&self.client, &b.target, left, start);
             match self.until_stopped(again).await {
                 Step::Stopped => return self.interrupted(),
-                Step::Done(Err(e)) => return Status::Failed(e.to_string()),
+                Step::Done(Err(e)) => return Status::Failed(wait_failure(e)),
                 Step::Done(Ok(())) => {}
             }
             after = match self.read(&b.target).await {
                 Ok(w) => w,
-                Err(e) => return Status::Failed(format!("verification read failed: {e}")),
+                Err(e) => {
+                    return Status::Failed(Failure::new(
+                        FailureCode::VerifyReadFailed,
+                        format!("verification read failed: {e}"),
+                    ));
+                }
             };
             verdict = verify::check(&after, &written, &old);
         }
@@ -367,8 +329,9 @@ impl Executor<'_> {
             }
             Verdict::Incomplete { detail, .. } => {
                 out.verification = Some(detail.clone());
-                Status::Failed(format!(
-                    "rollout completed but verification failed: {detail}"
+                Status::Failed(Failure::new(
+                    FailureCode::VerifyFailed,
+                    format!("rollout completed but verification failed: {detail}"),
                 ))
             }
             Verdict::Reverted { found } => {
@@ -387,7 +350,7 @@ impl Executor<'_> {
         (before, deadline): (&BTreeSet<String>, tokio::time::Instant),
         out: &mut Outcome,
     ) -> Status {
-        let reverters = verify::reverters(&self.client, &b.target, at).await;
+        let reverters = revert::reverters(&self.client, &b.target, at).await;
         let by = reverters.to_string();
         let managers = reverters.managers;
         let found = found.unwrap_or_else(|| "removed".into());
@@ -416,7 +379,7 @@ impl Executor<'_> {
                 Status::RevertedEvicted { managers }
             }
             Ok(Step::Stopped) => self.interrupted(),
-            Err(e) => Status::Failed(format!("{note}; eviction failed: {e}")),
+            Err(e) => Status::Failed(e.after(&format!("{note}; eviction failed"))),
         }
     }
 
@@ -429,7 +392,7 @@ impl Executor<'_> {
         before: &BTreeSet<String>,
         deadline: tokio::time::Instant,
         out: &mut Outcome,
-    ) -> Result<Step<usize>, String> {
+    ) -> Result<Step<usize>, Failure> {
         let live: Vec<_> = w.pods.iter().filter(|p| !p.deleting).collect();
         let want = live.len().max(1);
         let mut pods: Vec<_> = live
@@ -438,13 +401,13 @@ impl Executor<'_> {
             .collect();
         pods.sort_by(|a, b| a.name.cmp(&b.name));
         let evicted = pods.len();
-        let selector = (w.target.kind != Kind::Pod).then_some(w.pod_selector.as_str());
+        let selector = (w.target.kind != Kind::Pod).then(|| w.pod_selector.to_string());
         for pod in pods {
-            tracing::info!(workload = %w.target, "evicting pod {} ({})", pod.name, restart::EVICTION_API);
+            tracing::info!(workload = %w.target, "evicting pod {} ({})", pod.name, evict::EVICTION_API);
             out.patched_at.get_or_insert_with(self.clock);
             let ns = w.target.namespace.as_str();
             let step = self
-                .until_stopped(restart::evict(
+                .until_stopped(evict::evict(
                     &self.client,
                     ns,
                     &pod.name,
@@ -454,20 +417,20 @@ impl Executor<'_> {
                 .await;
             match step {
                 Step::Stopped => return Ok(Step::Stopped),
-                Step::Done(r) => r.map_err(|e| e.to_string())?,
+                Step::Done(r) => r.map_err(evict_failure)?,
             }
-            let replaced = restart::wait_replaced(
+            let replaced = evict::wait_replaced(
                 &self.client,
                 ns,
                 &pod.uid,
-                selector,
+                selector.as_deref(),
                 &pod.name,
                 want,
                 deadline,
             );
             match self.until_stopped(replaced).await {
                 Step::Stopped => return Ok(Step::Stopped),
-                Step::Done(r) => r.map_err(|e| e.to_string())?,
+                Step::Done(r) => r.map_err(evict_failure)?,
             }
         }
         out.completed_at = Some((self.clock)());
@@ -485,27 +448,30 @@ impl Executor<'_> {
         };
         let target = out.target.clone();
         let now = match with_retries(&format!("re-check {target}"), || {
-            read_controller(&self.client, &target)
+            kinds::get(&self.client, &target)
         })
         .await
         {
             Ok(now) => now,
             Err(e) => {
-                out.status = Status::Failed(format!(
-                    "bounced and verified, but the final re-check of restartedAt failed: {e}"
+                out.status = Status::Failed(Failure::new(
+                    FailureCode::RecheckFailed,
+                    format!(
+                        "bounced and verified, but the final re-check of restartedAt failed: {e}"
+                    ),
                 ));
                 return;
             }
         };
-        if now.restarted_at.map(crate::reason::rfc3339).as_deref() == Some(written.as_str()) {
+        if now.restarted_at.map(rfc3339).as_deref() == Some(written.as_str()) {
             out.last_confirmed = Some((self.clock)());
             return;
         }
         let since = out.patched_at.unwrap_or_else(self.clock);
-        let reverters = verify::reverters(&self.client, &target, since).await;
+        let reverters = revert::reverters(&self.client, &target, since).await;
         let found = now
             .restarted_at
-            .map_or_else(|| "removed".to_string(), crate::reason::rfc3339);
+            .map_or_else(|| "removed".to_string(), rfc3339);
         let note = format!(
             "restartedAt was reverted after the bounce was verified, by {reverters} (now: {found}); \
              its pods restart again under the owner's template"

@@ -1,28 +1,14 @@
 //! bouncer: bounces leaky Kubernetes workloads one at a time, as `kubectl rollout restart` does,
-//! and proves each bounce. `main` wires the command line to the data flow of DESIGN.md:
-//! policies -> snapshot -> plan -> execute -> report.
+//! and proves each bounce. Three layers: the pure [`core`] decides, the [`cluster`] edge talks to
+//! the API server, and the shell (this module, [`cli`], [`execute`], [`report`], [`notify`])
+//! wires the data flow: policies -> snapshot -> plan -> execute -> report -> notify.
 
 pub mod cli;
-pub mod consts;
-pub mod convert;
-pub mod error;
-pub mod events;
+pub mod cluster;
+pub mod core;
 pub mod execute;
-pub mod inventory;
-pub mod lock;
-pub mod mark;
-pub mod memory;
-pub mod model;
 pub mod notify;
-pub mod plan;
-pub mod policy;
-pub mod quantity;
-pub mod reason;
 pub mod report;
-pub mod restart;
-pub mod rollout;
-pub mod schedule;
-pub mod verify;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -32,7 +18,10 @@ use kube::Client;
 use tokio::sync::watch;
 
 use crate::cli::{Cli, Command, Env, LogFormat, Settings};
-use crate::error::ClusterError;
+use crate::cluster::error::ClusterError;
+use crate::cluster::lock::{self, Stop};
+use crate::cluster::snapshot;
+use crate::core::{mark, model, plan, policy};
 use crate::report::{Format, Mode};
 
 /// Exit codes: 0 ok (also "nothing due" and "lock held"), 1 a bounce failed or the run halted,
@@ -50,8 +39,6 @@ impl From<ExitStatus> for ExitCode {
         ExitCode::from(s as u8)
     }
 }
-
-pub const USER_AGENT: &str = concat!("bouncer/", env!("CARGO_PKG_VERSION"));
 
 fn clock() -> DateTime<Utc> {
     Utc::now()
@@ -119,35 +106,6 @@ pub async fn main(cli: Cli, env: Env, host: String) -> ExitStatus {
     }
 }
 
-/// The client for everything, and one for metrics.k8s.io without kube's retries: metrics are
-/// optional, and kube retries a 503 (metrics-server down) for minutes before it answers.
-async fn client(context: Option<&str>) -> Result<(Client, Client, String), ClusterError> {
-    let options = kube::config::KubeConfigOptions {
-        context: context.map(str::to_string),
-        ..Default::default()
-    };
-    let config = match context {
-        Some(_) => kube::Config::from_kubeconfig(&options)
-            .await
-            .map_err(|e| ClusterError::Config(e.to_string()))?,
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| ClusterError::Config(e.to_string()))?,
-    };
-    let mut config = config;
-    // Names bouncer in the API server's audit log, so its requests can be counted.
-    config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_static(USER_AGENT),
-    ));
-    let namespace = config.default_namespace.clone();
-    let mut once = config.clone();
-    once.default_retry = false;
-    let client = Client::try_from(config).map_err(ClusterError::Connect)?;
-    let metrics = Client::try_from(once).map_err(ClusterError::Connect)?;
-    Ok((client, metrics, namespace))
-}
-
 async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus {
     // Policies first: invalid input must fail before anything touches the cluster.
     let policies = match policy::load_paths(&settings.policies) {
@@ -161,10 +119,11 @@ async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus
         eprintln!("bouncer: {e}");
         ExitStatus::Cluster
     };
-    let (client, metrics, default_ns) = match client(settings.context.as_deref()).await {
+    let clients = match cluster::connect(settings.context.as_deref()).await {
         Ok(c) => c,
         Err(e) => return cluster_failed(e),
     };
+    let (client, metrics, default_ns) = (clients.api, clients.metrics, clients.namespace);
     let (stop_tx, stop_rx) = watch::channel(None);
     let signals = tokio::spawn(stop_on_signal(stop_tx.clone()));
 
@@ -227,10 +186,10 @@ async fn run_locked(
     metrics: &Client,
     policies: &[policy::Policy],
     (lease, bare_marks): (Option<&lock::LeaseGuard>, Result<mark::BareMarks, String>),
-    stop: watch::Receiver<execute::Stop>,
+    stop: watch::Receiver<Stop>,
 ) -> ExitStatus {
     let started = std::time::Instant::now();
-    let inventory = match inventory::snapshot(client, metrics, &settings.namespaces).await {
+    let inventory = match snapshot::snapshot(client, metrics, &settings.namespaces).await {
         Ok(i) => i.with_bare_marks(&bare_marks),
         Err(e) => {
             eprintln!("bouncer: {e}");
@@ -302,7 +261,7 @@ fn format_for(path: &Path) -> Format {
 }
 
 /// SIGTERM (a Job being stopped) or Ctrl-C: finish nothing new, report, exit.
-async fn stop_on_signal(stop: watch::Sender<execute::Stop>) {
+async fn stop_on_signal(stop: watch::Sender<Stop>) {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut term) = signal(SignalKind::terminate()) else {
         return;

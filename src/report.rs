@@ -4,12 +4,13 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::execute::{Outcome, Status};
-use crate::memory::MemoryReading;
-use crate::model::WorkloadRef;
-use crate::plan::{Method, Plan};
-use crate::quantity::format_bytes;
-use crate::reason::{Trigger, rfc3339};
+use crate::core::literals::rfc3339;
+use crate::core::memory::MemoryReading;
+use crate::core::model::{Method, WorkloadRef};
+use crate::core::outcome::{Outcome, Status};
+use crate::core::plan::Plan;
+use crate::core::quantity::format_bytes;
+use crate::core::reasons::Trigger;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "camelCase")]
@@ -151,7 +152,8 @@ pub fn build(plan: &Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
                 }
             }
             if let Status::Failed(why) = &o.status {
-                row.reason = why.clone();
+                row.reason_code = Some(why.code().into());
+                row.reason = why.detail.clone();
             }
             if let Status::Reverted { .. } | Status::RevertedEvicted { .. } = &o.status {
                 row.reason = o.verification.clone().unwrap_or_default();
@@ -182,7 +184,7 @@ pub fn build(plan: &Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
         });
     }
     Report {
-        api_version: crate::policy::API_VERSION,
+        api_version: crate::core::policy::API_VERSION,
         kind: "BounceReport",
         mode,
         generated_at: rfc3339(plan.now),

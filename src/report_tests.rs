@@ -3,11 +3,11 @@
 use std::time::Duration;
 
 use super::*;
-use crate::execute::{Outcome, Status};
-use crate::model::Kind;
-use crate::plan::{Bounce, Skip};
-use crate::policy::OnRevert;
-use crate::reason::SkipReason;
+use crate::core::model::Kind;
+use crate::core::outcome::{Failure, FailureCode, Outcome, Status};
+use crate::core::plan::{Bounce, Skip};
+use crate::core::policy::OnRevert;
+use crate::core::reasons::SkipReason;
 
 fn t(s: &str) -> DateTime<Utc> {
     s.parse().unwrap()
@@ -165,4 +165,27 @@ fn json_has_the_documented_stable_fields() {
     assert_eq!(skip["reasonCode"], "paused");
     // One line in clusters, where report and JSON logs share the stream.
     assert_eq!(render(&report, Format::Json, true).lines().count(), 1);
+}
+
+/// A failed bounce carries a stable code in `reasonCode`, like a skip, and its message.
+#[test]
+fn a_failure_has_a_stable_reason_code() {
+    let (plan, mut outcomes) = fixture();
+    outcomes[0].status = Status::Failed(Failure::new(
+        FailureCode::RolloutTimedOut,
+        "rollout of statefulset/toolhive/fetch did not complete within 10m: 0 of 1 pods ready",
+    ));
+    let report = build(&plan, Mode::Run, Some(&outcomes));
+    let v: serde_json::Value = serde_json::from_str(&render(&report, Format::Json, true)).unwrap();
+    let row = &v["rows"][0];
+    assert_eq!(row["decision"], "failed");
+    assert_eq!(row["reasonCode"], "rolloutTimedOut");
+    assert!(
+        row["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("rollout of statefulset/toolhive/fetch did not complete"),
+        "{row}"
+    );
+    assert_eq!(v["summary"]["failed"], 1);
 }

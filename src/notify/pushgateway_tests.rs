@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use super::*;
-use crate::model::Kind;
+use crate::core::model::Kind;
+use crate::core::reasons::{NotDue, SkipReason};
 use crate::notify::tests::{quiet_report, report, row};
-use crate::reason::{NotDue, SkipReason};
 
 fn run(succeeded: bool) -> Run {
     Run {

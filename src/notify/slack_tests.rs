@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::model::Kind;
+use crate::core::model::Kind;
 use crate::notify::tests::{quiet_report, report, row};
 
 #[test]

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::model::{Kind, WorkloadRef};
+use crate::core::model::{Kind, WorkloadRef};
 use crate::report::{Row, Summary, TriggerRow};
 
 pub(super) fn row(order: Option<usize>, policy: &str, kind: Kind, ns: &str, name: &str) -> Row {

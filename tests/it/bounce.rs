@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use kube::api::ListParams;
 
-use crate::support::{
+use crate::harness::{
     Policies, bouncer, deployment as get_deployment, deployment_restarted_at, next_minute, pods,
     policy, ready_since, written_by,
 };
@@ -95,7 +95,7 @@ async fn nightly_bounces_one_at_a_time_and_only_once() {
         assert_eq!(fresh.len(), 2);
         for p in &fresh {
             let started =
-                crate::support::time(p.status.as_ref().unwrap().start_time.as_ref().unwrap());
+                crate::harness::time(p.status.as_ref().unwrap().start_time.as_ref().unwrap());
             assert!(
                 started >= patched - chrono::Duration::seconds(1),
                 "{name}: pod started {started} before patch {patched}"
@@ -426,7 +426,7 @@ async fn toolhive_mcp_server_pair_is_bounced_and_verified() {
         .map(|r| {
             (
                 r["workload"]["kind"].as_str().unwrap().to_string(),
-                crate::support::name(r),
+                crate::harness::name(r),
             )
         })
         .collect();
@@ -451,7 +451,7 @@ async fn toolhive_mcp_server_pair_is_bounced_and_verified() {
             "{r:#}"
         );
     }
-    let sts = crate::support::statefulset(&client, ns.name(), "github-backend").await;
+    let sts = crate::harness::statefulset(&client, ns.name(), "github-backend").await;
     let template = sts
         .spec
         .unwrap()

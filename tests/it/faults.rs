@@ -15,7 +15,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::support::{
+use crate::harness::{
     Policies, apply, audit_mark, audit_since, audited, bouncer, bouncer_env, finish, keep_patching,
     micro, next_minute, pod_uids, pods, policy, restarted_at_of, spawn_bouncer, stuck_on_restart,
     time, wait_restarted_at, written_by,
@@ -475,7 +475,7 @@ fn memory_and_schedule_policies(n: &str) -> Policies {
 async fn assert_memory_off_schedule_bounced(
     client: &Client,
     n: &str,
-    run: &crate::support::Bounced,
+    run: &crate::harness::Bounced,
     mem_pods: &[String],
 ) {
     let row = run.row("mem");
@@ -582,9 +582,9 @@ async fn api_server_restart_during_the_wait_is_survived() {
         run.report
     );
     let client = bouncer_testkit::client().await;
-    let after = crate::support::deployment(&client, n, "steady").await;
+    let after = crate::harness::deployment(&client, n, "steady").await;
     assert_eq!(
-        crate::support::deployment_restarted_at(&after),
+        crate::harness::deployment_restarted_at(&after),
         Some(written)
     );
     assert!(written_by(&after.metadata, "bouncer").is_some());

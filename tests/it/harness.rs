@@ -1,351 +1,487 @@
-//! Proves the test harness is real: restarts roll new pods, metrics-server's numbers leak and reset, and
-//! the fixture controllers (reverting operator, bare-pod app) really act on the cluster.
+//! Running the real `bouncer` binary against the test cluster, and reading what it did.
 
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Duration;
 
-use bouncer_testkit::PodMemory;
-use bouncer_testkit::{
-    BackgroundTask, BarePodApp, Kind, PodTemplateExt, RESTARTED_AT, RevertMode, RevertingOperator,
-    TestNs, client, create, daemonset, deployment, model_usage, pod_template,
-    rollout_restart_patch, statefulset, wait_pod_memory, wait_pod_replaced, wait_pods_ready,
-    wait_rollout_complete,
-};
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::runtime::wait::await_condition;
-use kube::{Api, Client, ResourceExt};
+use kube::api::ListParams;
+use kube::{Api, Client};
+use serde_json::Value;
 
-/// Generous: the whole control plane shares two cores with every test running at once.
-const WAIT: Duration = Duration::from_secs(180);
-const MI: u64 = 1 << 20;
-
-fn uids(pods: &[Pod]) -> Vec<String> {
-    pods.iter().filter_map(|p| p.uid()).collect()
+/// One finished `bouncer` process.
+#[derive(Debug)]
+pub struct Bounced {
+    pub code: i32,
+    pub report: Value,
+    pub stdout: String,
+    pub stderr: String,
 }
 
-fn template_annotation(d: &Deployment, key: &str) -> Option<String> {
-    d.spec
-        .as_ref()?
-        .template
-        .metadata
-        .as_ref()?
-        .annotations
-        .as_ref()?
-        .get(key)
+impl From<std::process::Output> for Bounced {
+    fn from(out: std::process::Output) -> Bounced {
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        let report = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+        Bounced {
+            code: out.status.code().unwrap_or(-1),
+            report,
+            stdout,
+            stderr,
+        }
+    }
+}
+
+impl Bounced {
+    pub fn rows(&self) -> Vec<&Value> {
+        self.report["rows"]
+            .as_array()
+            .map(|r| r.iter().collect())
+            .unwrap_or_default()
+    }
+
+    /// (workload name, decision) of every row with a queue position, in queue order.
+    pub fn queue(&self) -> Vec<(String, String)> {
+        self.rows()
+            .into_iter()
+            .filter(|r| !r["order"].is_null())
+            .map(|r| {
+                (
+                    name(r),
+                    r["decision"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    pub fn row(&self, workload: &str) -> &Value {
+        self.rows()
+            .into_iter()
+            .find(|r| r["workload"]["name"] == workload)
+            .unwrap_or_else(|| panic!("no row for {workload} in {:#}", self.report))
+    }
+
+    pub fn bounced(&self) -> Vec<String> {
+        self.queue()
+            .into_iter()
+            .filter(|(_, d)| d == "bounced")
+            .map(|(n, _)| n)
+            .collect()
+    }
+}
+
+pub fn name(row: &Value) -> String {
+    row["workload"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A directory of policy files for one test, removed on drop.
+pub struct Policies {
+    dir: tempfile::TempDir,
+}
+
+impl Policies {
+    pub fn new(files: &[(&str, &str)]) -> Policies {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for (file, text) in files {
+            std::fs::write(dir.path().join(file), text).expect("write policy");
+        }
+        Policies { dir }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+}
+
+/// Runs `bouncer ARGS --output json` with the test cluster's kubeconfig; the lease lives in `ns`.
+pub async fn bouncer(args: &[&str], policies: &Policies, ns: &str) -> Bounced {
+    bouncer_env(args, policies, ns, &[]).await
+}
+
+pub async fn bouncer_env(
+    args: &[&str],
+    policies: &Policies,
+    ns: &str,
+    env: &[(&str, &str)],
+) -> Bounced {
+    let out = command(args, policies, ns, env)
+        .output()
+        .await
+        .expect("bouncer starts");
+    Bounced::from(out)
+}
+
+pub async fn deployment(client: &Client, ns: &str, name: &str) -> Deployment {
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .expect("get deployment")
+}
+
+pub async fn statefulset(client: &Client, ns: &str, name: &str) -> StatefulSet {
+    Api::<StatefulSet>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .expect("get statefulset")
+}
+
+pub fn restarted_at(
+    template_annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Option<String> {
+    template_annotations
+        .and_then(|a| a.get(bouncer_testkit::RESTARTED_AT))
         .cloned()
 }
 
-/// Creates a workload of `kind`, restarts it the way kubectl does and checks that the rollout
-/// completes with only new pods, each carrying the restartedAt value.
-async fn restart_rolls_new_pods(kind: Kind) {
-    let client = client().await;
-    let ns = TestNs::new(&client, "harness").await;
-    let n = ns.name();
-    let labels = [("app", "roll")];
-    match kind {
-        Kind::Deployment => drop(
-            create(&client, n, &deployment("roll", 2, &labels))
-                .await
-                .unwrap(),
-        ),
-        Kind::StatefulSet => drop(
-            create(&client, n, &statefulset("roll", 2, &labels))
-                .await
-                .unwrap(),
-        ),
-        Kind::DaemonSet => drop(
-            create(&client, n, &daemonset("roll", &labels))
-                .await
-                .unwrap(),
-        ),
-    }
-    wait_rollout_complete(&client, kind, n, "roll", WAIT)
-        .await
-        .expect("initial rollout");
-    let count = match kind {
-        Kind::DaemonSet => {
-            let ds = Api::<DaemonSet>::namespaced(client.clone(), n)
-                .get("roll")
-                .await
-                .unwrap();
-            usize::try_from(ds.status.unwrap().desired_number_scheduled).unwrap()
-        }
-        _ => 2,
-    };
-    assert!(
-        count >= 1,
-        "a DaemonSet must schedule on at least one KWOK node"
-    );
-    let before = wait_pods_ready(&client, n, "app=roll", count, WAIT)
-        .await
-        .expect("pods before");
-
-    let value = rollout_restart_patch(&client, kind, n, "roll")
-        .await
-        .expect("restart patch");
-    wait_rollout_complete(&client, kind, n, "roll", WAIT)
-        .await
-        .expect("rollout after restart");
-    let after = wait_pods_ready(&client, n, "app=roll", count, WAIT)
-        .await
-        .expect("pods after");
-
-    let old = uids(&before);
-    for pod in &after {
-        assert!(
-            !old.contains(&pod.uid().unwrap()),
-            "pod {} survived the restart",
-            pod.name_any()
-        );
-        assert_eq!(
-            pod.annotations().get(RESTARTED_AT),
-            Some(&value),
-            "pod {} template",
-            pod.name_any()
-        );
-    }
+pub fn deployment_restarted_at(d: &Deployment) -> Option<String> {
+    restarted_at(
+        d.spec
+            .as_ref()?
+            .template
+            .metadata
+            .as_ref()?
+            .annotations
+            .as_ref(),
+    )
 }
 
-#[tokio::test]
-async fn restart_patch_rolls_a_deployment() {
-    restart_rolls_new_pods(Kind::Deployment).await;
+/// Pods matching `selector`, not being deleted.
+pub async fn pods(client: &Client, ns: &str, selector: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(selector))
+        .await
+        .expect("list pods")
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect()
 }
 
-#[tokio::test]
-async fn restart_patch_rolls_a_statefulset() {
-    restart_rolls_new_pods(Kind::StatefulSet).await;
+pub fn time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.0.as_second(), 0).expect("valid time")
 }
 
-#[tokio::test]
-async fn restart_patch_rolls_a_daemonset() {
-    restart_rolls_new_pods(Kind::DaemonSet).await;
-}
-
-/// Asserts that metrics-server reports what the memory model gives at the sample's time, to
-/// within two seconds of leak: KWOK evaluates the model when metrics-server scrapes, and the
-/// sample's timestamp is the scrape's.
-fn assert_model(pod: &Pod, m: &PodMemory, leak_per_minute: u64) {
-    let model: u64 = model_usage(pod, m.timestamp)
-        .unwrap()
-        .expect("a running pod")
+/// When the pod's Ready condition last turned True.
+pub fn ready_since(p: &Pod) -> Option<DateTime<Utc>> {
+    let conditions = p.status.as_ref()?.conditions.as_ref()?;
+    let ready = conditions
         .iter()
-        .map(|(_, b)| b)
-        .sum();
-    let slack = leak_per_minute / 30;
-    assert!(
-        m.bytes.abs_diff(model) <= slack,
-        "metrics-server reports {} for {}, the model {model} (slack {slack})",
-        m.bytes,
-        pod.name_any()
-    );
+        .find(|c| c.type_ == "Ready" && c.status == "True")?;
+    ready.last_transition_time.as_ref().map(time)
 }
 
-#[tokio::test]
-async fn pod_metrics_leak_and_drop_after_restart() {
-    let client = client().await;
-    let ns = TestNs::new(&client, "harness").await;
-    let n = ns.name();
-    let leaky = deployment("leaky", 1, &[("app", "leaky")]).with_memory("16Mi", "60Mi");
-    create(&client, n, &leaky).await.unwrap();
-    wait_rollout_complete(&client, Kind::Deployment, n, "leaky", WAIT)
-        .await
-        .unwrap();
-    let pod = wait_pods_ready(&client, n, "app=leaky", 1, WAIT)
-        .await
-        .unwrap()
-        .remove(0);
-    let name = pod.name_any();
+/// When `manager` last wrote the object (server clock, whole seconds).
+pub fn written_by(meta: &kube::api::ObjectMeta, manager: &str) -> Option<DateTime<Utc>> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .filter(|e| e.manager.as_deref() == Some(manager))
+        .filter_map(|e| e.time.as_ref().map(time))
+        .max()
+}
 
-    let first = wait_pod_memory(&client, n, &name, WAIT, |m| m.is_some())
+/// Waits until the wall clock passes the next whole minute plus `margin`, so a `* * * * *`
+/// schedule has fired after everything created so far.
+pub async fn next_minute(margin: Duration) {
+    let now = Utc::now();
+    let into = now.timestamp() % 60;
+    let wait = Duration::from_secs((60 - into) as u64) + margin;
+    tokio::time::sleep(wait).await;
+}
+
+/// A policy document in the test namespace. `extra` is YAML under `spec:` (indented 2).
+pub fn policy(name: &str, ns: &str, labels: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: bouncer.dev/v1alpha1\nkind: BouncePolicy\nmetadata:\n  name: {name}\nspec:\n  target:\n    namespaces: [{ns}]\n    selector:\n      matchLabels: {labels}\n{extra}"
+    )
+}
+
+/// `bouncer ARGS --output json` against the test cluster, the lease in `ns`, with short waits.
+fn command(
+    args: &[&str],
+    policies: &Policies,
+    ns: &str,
+    env: &[(&str, &str)],
+) -> tokio::process::Command {
+    let cluster = bouncer_testkit::cluster();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_bouncer"));
+    cmd.args(args)
+        .arg("--policies")
+        .arg(policies.path())
+        .args([
+            "--output",
+            "json",
+            "--lease-namespace",
+            ns,
+            "--rollout-timeout",
+            "90s",
+        ])
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .env("BOUNCER_VERIFY_SETTLE", "1s")
+        .envs(env.iter().copied());
+    cmd
+}
+
+/// `bouncer ARGS --output json` as `bouncer_env` runs it, but started in the background with its
+/// output captured, so a test can act on the cluster (or signal it) while it runs.
+pub fn spawn_bouncer(
+    args: &[&str],
+    policies: &Policies,
+    ns: &str,
+    env: &[(&str, &str)],
+) -> tokio::process::Child {
+    command(args, policies, ns, env)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("bouncer starts")
+}
+
+/// Waits for a background `bouncer` and reads what it reported.
+pub async fn finish(child: tokio::process::Child) -> Bounced {
+    let out = child
+        .wait_with_output()
         .await
-        .unwrap()
-        .unwrap();
-    // metrics-server samples every 10 s (its --metric-resolution).
-    let later = first.timestamp.as_second() + 9;
-    let second = wait_pod_memory(&client, n, &name, WAIT, |m| {
-        m.is_some_and(|m| m.timestamp.as_second() >= later)
-    })
+        .expect("bouncer runs to the end");
+    Bounced::from(out)
+}
+
+/// The pod template's restartedAt of a Deployment, or None when it (or the Deployment) is absent.
+pub async fn restarted_at_of(client: &Client, ns: &str, name: &str) -> Option<String> {
+    let d = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .expect("get deployment")?;
+    deployment_restarted_at(&d)
+}
+
+/// Watches a Deployment until its pod template carries a restartedAt annotation.
+pub async fn wait_restarted_at(client: &Client, ns: &str, name: &str, timeout: Duration) -> String {
+    let api = Api::<Deployment>::namespaced(client.clone(), ns);
+    let cond = |d: Option<&Deployment>| d.and_then(deployment_restarted_at).is_some();
+    match tokio::time::timeout(
+        timeout,
+        kube::runtime::wait::await_condition(api, name, cond),
+    )
     .await
-    .unwrap()
-    .unwrap();
-    assert!(
-        second.bytes > first.bytes,
-        "no growth: {first:?} then {second:?}"
-    );
-    // 60Mi/min is 1Mi per second of pod age, plus 4Mi from no other container.
-    assert_model(&pod, &first, 60 * MI);
-    assert_model(&pod, &second, 60 * MI);
-    assert!(second.bytes - first.bytes >= 9 * MI);
-
-    rollout_restart_patch(&client, Kind::Deployment, n, "leaky")
-        .await
-        .unwrap();
-    wait_rollout_complete(&client, Kind::Deployment, n, "leaky", WAIT)
-        .await
-        .expect("rollout after restart");
-    let new_pod = wait_pods_ready(&client, n, "app=leaky", 1, WAIT)
-        .await
-        .unwrap()
-        .remove(0);
-    assert_ne!(new_pod.uid(), pod.uid());
-    // The replaced pod's metrics go with it (at metrics-server's next scrape).
-    wait_pod_memory(&client, n, &name, WAIT, |m| m.is_none())
-        .await
-        .expect("PodMetrics of the replaced pod gone");
-    let fresh = wait_pod_memory(&client, n, &new_pod.name_any(), WAIT, |m| m.is_some())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_model(&new_pod, &fresh, 60 * MI);
-    let old_then: u64 = model_usage(&pod, fresh.timestamp)
-        .unwrap()
-        .unwrap()
-        .iter()
-        .map(|(_, b)| b)
-        .sum();
-    assert!(
-        fresh.bytes + 30 * MI < old_then,
-        "no drop after restart: old pod's model {old_then}, new {fresh:?}"
-    );
+    {
+        Ok(Ok(Some(d))) => deployment_restarted_at(&d).expect("condition holds"),
+        other => panic!("deployment {ns}/{name} got no restartedAt within {timeout:?}: {other:?}"),
+    }
 }
 
-/// Starts the operator, restarts its Deployment (plus a foreign annotation when `extra`) and
-/// returns how long until the watched key left the template, the Deployment then, the
-/// restartedAt value written and the operator (kept running by the caller).
-async fn restart_under_operator(
+/// UIDs of the pods matching `selector` (not being deleted), sorted.
+pub async fn pod_uids(client: &Client, ns: &str, selector: &str) -> Vec<String> {
+    let mut uids: Vec<String> = pods(client, ns, selector)
+        .await
+        .into_iter()
+        .filter_map(|p| p.metadata.uid)
+        .collect();
+    uids.sort();
+    uids
+}
+
+/// Events bouncer recorded (events.k8s.io/v1) about the object `name` in `ns` with `reason`.
+pub async fn bouncer_events(
     client: &Client,
     ns: &str,
-    mode: RevertMode,
-    extra: bool,
-) -> (Duration, Deployment, String, BackgroundTask) {
-    let d = deployment("vmcp", 1, &[("app", "vmcp")])
-        .with_annotation("toolhive.stacklok.dev/hash", "abc");
-    let operator = RevertingOperator::spawn(client.clone(), ns, d, mode)
+    name: &str,
+    reason: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    api.list(&ListParams::default())
         .await
-        .expect("operator");
-    wait_rollout_complete(client, Kind::Deployment, ns, "vmcp", WAIT)
-        .await
-        .unwrap();
-    let api = Api::<Deployment>::namespaced(client.clone(), ns);
-    let value = rollout_restart_patch(client, Kind::Deployment, ns, "vmcp")
-        .await
-        .unwrap();
-    if extra {
-        let body = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {"example.com/extra": "x"}}}}});
-        api.patch("vmcp", &PatchParams::default(), &Patch::Merge(&body))
-            .await
-            .unwrap();
-    }
-    let started = Instant::now();
-    let key = if extra {
-        "example.com/extra"
-    } else {
-        RESTARTED_AT
-    };
-    let cond =
-        move |d: Option<&Deployment>| d.is_some_and(|d| template_annotation(d, key).is_none());
-    let reverted =
-        tokio::time::timeout(Duration::from_secs(30), await_condition(api, "vmcp", cond))
-            .await
-            .expect("operator reverted the template within 30s")
-            .unwrap()
-            .unwrap();
-    let took = started.elapsed();
-    eprintln!("{mode:?}: template reverted {took:?} after the patch");
-    assert!(operator.actions() >= 1, "the operator made no write");
-    assert_eq!(
-        template_annotation(&reverted, "toolhive.stacklok.dev/hash").as_deref(),
-        Some("abc")
-    );
-    let managers: Vec<_> = reverted
-        .managed_fields()
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.reporting_controller.as_deref() == Some("bouncer.dev/bouncer"))
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect()
+}
+
+fn audit_log() -> Option<PathBuf> {
+    let path = bouncer_testkit::cluster()
+        .kubeconfig
+        .parent()?
+        .join("audit.log");
+    path.is_file().then_some(path)
+}
+
+/// Where the API server's audit log ends now; None when the cluster writes none (an external one).
+pub fn audit_mark() -> Option<u64> {
+    audit_log()
+        .and_then(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+}
+
+/// Completed requests bouncer's user agent made after `mark`, as the audit log records them.
+pub fn audit_since(mark: u64) -> Vec<Value> {
+    audit_all_since(mark)
+        .into_iter()
+        .filter(|e| {
+            e["userAgent"]
+                .as_str()
+                .is_some_and(|ua| ua.starts_with("bouncer/"))
+        })
+        .collect()
+}
+
+/// Completed requests of every client after `mark`, as the audit log records them.
+pub fn audit_all_since(mark: u64) -> Vec<Value> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(audit_log().expect("audit log")).expect("open audit log");
+    file.seek(SeekFrom::Start(mark)).expect("seek audit log");
+    let mut text = String::new();
+    file.read_to_string(&mut text).expect("read audit log");
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["stage"] == "ResponseComplete")
+        .collect()
+}
+
+/// Audit entries of `verb` on `resource` (optionally a subresource) in `ns`, oldest first.
+pub fn audited<'a>(entries: &'a [Value], verb: &str, resource: &str, ns: &str) -> Vec<&'a Value> {
+    let (resource, sub) = resource.split_once('/').unwrap_or((resource, ""));
+    entries
         .iter()
-        .filter_map(|m| m.manager.clone())
+        .filter(|e| {
+            e["verb"] == verb
+                && e["objectRef"]["resource"] == resource
+                && e["objectRef"]["namespace"] == ns
+        })
+        .filter(|e| e["objectRef"]["subresource"].as_str().unwrap_or_default() == sub)
+        .collect()
+}
+
+/// When the API server received an audited request.
+pub fn audit_time(entry: &Value) -> DateTime<Utc> {
+    entry["requestReceivedTimestamp"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .expect("audit timestamp")
+}
+
+/// `kubectl apply -f -` of a YAML (or JSON) document, for PodDisruptionBudgets and RBAC bundles
+/// written as text.
+pub fn apply(manifest: &str) {
+    use std::io::Write;
+    let mut child = bouncer_testkit::kubectl()
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl starts");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(manifest.as_bytes())
+        .expect("write manifest");
+    let out = child.wait_with_output().expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl apply failed: {}\n{manifest}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Merge-patches a Deployment and waits until its controller observed the change.
+pub async fn patch_deployment(client: &Client, ns: &str, name: &str, patch: Value) {
+    let api = Api::<Deployment>::namespaced(client.clone(), ns);
+    let patched = api
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await;
+    let generation = patched
+        .expect("patch deployment")
+        .metadata
+        .generation
+        .unwrap_or(0);
+    let observed = move |d: Option<&Deployment>| {
+        d.and_then(|d| d.status.as_ref()?.observed_generation)
+            .is_some_and(|g| g >= generation)
+    };
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        kube::runtime::wait::await_condition(api, name, observed),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        panic!("deployment {ns}/{name}: generation {generation} not observed within 60s")
+    })
+    .expect("watch deployment");
+}
+
+/// Ready nodes in the cluster.
+pub async fn ready_nodes(client: &Client) -> i32 {
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await;
+    let ready = nodes.expect("list nodes").items.into_iter().filter(|n| {
+        n.status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    });
+    i32::try_from(ready.count()).expect("node count")
+}
+
+/// A Deployment with one replica per Ready node, kept one per node by required pod
+/// anti-affinity and rolled with maxUnavailable 0: its pods run, but the surge pod of any
+/// restart can never be scheduled, so every rollout of it is stuck. No node is cordoned, so
+/// tests running alongside are unaffected.
+pub async fn stuck_on_restart(client: &Client, name: &str, labels: &[(&str, &str)]) -> Deployment {
+    let mut d = bouncer_testkit::deployment(name, ready_nodes(client).await, labels);
+    let selector: serde_json::Map<String, Value> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), Value::from(*v)))
         .collect();
-    assert!(
-        managers.iter().any(|m| m == "toolhive-operator"),
-        "managedFields: {managers:?}"
+    let affinity = serde_json::json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": selector}, "topologyKey": "kubernetes.io/hostname"}]}});
+    let spec = d.spec.as_mut().expect("spec");
+    spec.strategy = Some(
+        serde_json::from_value(serde_json::json!(
+            {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+        ))
+        .expect("strategy"),
     );
-    (took, reverted, value, operator)
+    spec.template.spec.as_mut().expect("pod spec").affinity =
+        Some(serde_json::from_value(affinity).expect("affinity"));
+    d
 }
 
-#[tokio::test]
-async fn strict_operator_reverts_restarted_at() {
-    let client = client().await;
-    let ns = TestNs::new(&client, "harness").await;
-    let (took, ..) = restart_under_operator(&client, ns.name(), RevertMode::Strict, false).await;
-    assert!(
-        took < Duration::from_secs(2),
-        "restartedAt removed only after {took:?}"
-    );
+/// Merge-patches object `name` with `patch()` every 3 s until the handle is aborted: a live
+/// holder renewing its Lease.
+pub fn keep_patching<K>(
+    api: Api<K>,
+    name: &'static str,
+    patch: impl Fn() -> Value + Send + 'static,
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let params = kube::api::PatchParams::default();
+            let _ = api
+                .patch(name, &params, &kube::api::Patch::Merge(patch()))
+                .await;
+        }
+    })
 }
 
-#[tokio::test]
-async fn fixed_operator_keeps_restarted_at() {
-    let client = client().await;
-    let ns = TestNs::new(&client, "harness").await;
-    let n = ns.name();
-    let (took, reverted, value, _operator) =
-        restart_under_operator(&client, n, RevertMode::KeepRestartedAt, true).await;
-    assert!(
-        took < Duration::from_secs(2),
-        "extra annotation removed only after {took:?}"
-    );
-    assert_eq!(
-        template_annotation(&reverted, RESTARTED_AT),
-        Some(value.clone())
-    );
-    wait_rollout_complete(&client, Kind::Deployment, n, "vmcp", WAIT)
-        .await
-        .unwrap();
-    let pods = wait_pods_ready(&client, n, "app=vmcp", 1, WAIT)
-        .await
-        .unwrap();
-    assert_eq!(pods[0].annotations().get(RESTARTED_AT), Some(&value));
-}
-
-#[tokio::test]
-async fn bare_pod_app_recreates_a_deleted_pod() {
-    let client = client().await;
-    let ns = TestNs::new(&client, "harness").await;
-    let n = ns.name();
-    let template = pod_template(&[("app", "mcpd")]).with_memory("32Mi", "10Mi");
-    let app = BarePodApp::spawn(client.clone(), n, "mcpd", 2, template)
-        .await
-        .expect("app");
-    let pods = wait_pods_ready(&client, n, "app=mcpd", 2, WAIT)
-        .await
-        .unwrap();
-    assert_eq!(
-        pods.iter().map(|p| p.name_any()).collect::<Vec<_>>(),
-        ["mcpd-0", "mcpd-1"]
-    );
-    assert!(pods.iter().all(|p| p.owner_references().is_empty()));
-    let old_uid = pods[0].uid().unwrap();
-
-    Api::<Pod>::namespaced(client.clone(), n)
-        .delete("mcpd-0", &DeleteParams::default())
-        .await
-        .unwrap();
-    let replaced = wait_pod_replaced(&client, n, "mcpd-0", &old_uid, WAIT)
-        .await
-        .expect("pod recreated");
-    assert_ne!(replaced.uid().unwrap(), old_uid);
-    assert!(replaced.owner_references().is_empty());
-    assert_eq!(
-        replaced
-            .annotations()
-            .get(bouncer_testkit::MEMORY_BASE)
-            .map(String::as_str),
-        Some("32Mi")
-    );
-    assert!(
-        app.actions() >= 3,
-        "2 creates plus 1 recreate, got {}",
-        app.actions()
-    );
-    wait_pods_ready(&client, n, "app=mcpd", 2, WAIT)
-        .await
-        .unwrap();
+/// A Lease time as the API server writes it (RFC3339, microseconds).
+pub fn micro(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }

@@ -4,11 +4,12 @@
 mod bounce;
 mod cli;
 mod faults;
+mod ground;
 mod harness;
 mod metrics;
 mod notify;
 mod revert;
 mod safety;
 mod safety_cases;
-mod support;
+
 mod toolhive;

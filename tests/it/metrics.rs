@@ -7,7 +7,7 @@ use bouncer_testkit::{Kind, wait_pod_memory, wait_rollout_complete};
 use bouncer_testkit::{PodTemplateExt, TestNs, client, create, deployment, pod_memory};
 use kube::Client;
 
-use crate::support::{Bounced, Policies, bouncer, pods, policy};
+use crate::harness::{Bounced, Policies, bouncer, pods, policy};
 
 const READY: Duration = Duration::from_secs(180);
 const MI: u64 = 1 << 20;

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use kube::Client;
 use serde_json::Value;
 
-use crate::support::{Bounced, Policies, bouncer_env, pods, policy, stuck_on_restart};
+use crate::harness::{Bounced, Policies, bouncer_env, pods, policy, stuck_on_restart};
 
 const READY: Duration = Duration::from_secs(180);
 
@@ -362,7 +362,7 @@ async fn the_charts_alerts_fire_after_a_failed_run_and_resolve_after_a_good_one(
         .unwrap();
     let extra = "  triggers:\n    schedule: {cron: \"* * * * *\"}\n  cooldown: 1s\n  restart: {timeout: 5s}\n";
     let policies = Policies::new(&[("stuck.yaml", &policy("stuck", n, "{app: stuck}", extra))]);
-    crate::support::next_minute(Duration::from_secs(1)).await;
+    crate::harness::next_minute(Duration::from_secs(1)).await;
     let cluster = format!("dev-{n}");
     let env = [
         ("BOUNCER_CLUSTER_NAME", cluster.as_str()),

@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 
-use crate::support::{
+use crate::harness::{
     Policies, audit_mark, audit_since, audit_time, audited, bouncer, bouncer_events, next_minute,
     pod_uids, pods, policy, ready_since, restarted_at_of,
 };
@@ -143,7 +143,7 @@ pub(crate) fn assert_one_at_a_time(evicted: &[(String, DateTime<Utc>)], now: &[P
             p.metadata
                 .creation_timestamp
                 .as_ref()
-                .is_some_and(|t| crate::support::time(t) >= previous - chrono::Duration::seconds(1))
+                .is_some_and(|t| crate::harness::time(t) >= previous - chrono::Duration::seconds(1))
         };
         let first_ready = now
             .iter()
@@ -412,7 +412,7 @@ async fn pdb_refusals_are_retried_until_the_budget_allows_or_the_timeout() {
              spec: {{minAvailable: {min}, selector: {{matchLabels: {{app: owned}}}}}}\n"
         )
     };
-    crate::support::apply(&pdb(2));
+    crate::harness::apply(&pdb(2));
     let with_timeout = |t: &str| {
         let extra = format!("{EVERY_MINUTE}  restart: {{onRevert: evict, timeout: {t}}}\n");
         Policies::new(&[("p.yaml", &policy("owned", n, "{app: owned}", &extra))])
@@ -459,7 +459,7 @@ async fn pdb_refusals_are_retried_until_the_budget_allows_or_the_timeout() {
     next_minute(Duration::from_secs(1)).await;
     let mark = audit_mark().unwrap();
     let patient = with_timeout("3m");
-    let mut running = crate::support::spawn_bouncer(&["run"], &patient, n, &[]);
+    let mut running = crate::harness::spawn_bouncer(&["run"], &patient, n, &[]);
     // The audit log is a file: poll it until the budget has said no at least once.
     let refused = async {
         while !eviction_answers(mark, n)
@@ -471,11 +471,11 @@ async fn pdb_refusals_are_retried_until_the_budget_allows_or_the_timeout() {
     };
     if tokio::time::timeout(READY, refused).await.is_err() {
         running.start_kill().unwrap();
-        let run = crate::support::finish(running).await;
+        let run = crate::harness::finish(running).await;
         panic!("no eviction was refused: {}\n{:#}", run.stderr, run.report);
     }
-    crate::support::apply(&pdb(1));
-    let run = crate::support::finish(running).await;
+    crate::harness::apply(&pdb(1));
+    let run = crate::harness::finish(running).await;
     assert_eq!(
         run.code, 0,
         "stderr: {}\nreport: {:#}",

@@ -18,7 +18,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::support::{
+use crate::harness::{
     Policies, apply, audit_mark, audit_since, audited, bouncer, bouncer_events, finish,
     next_minute, patch_deployment, pod_uids, policy, restarted_at_of, spawn_bouncer,
     statefulset as get_statefulset, stuck_on_restart, wait_restarted_at,
@@ -52,7 +52,7 @@ async fn sts(client: &Client, ns: &str, s: StatefulSet, selector: &str) {
 }
 
 fn sts_restarted_at(s: &StatefulSet) -> Option<String> {
-    crate::support::restarted_at(
+    crate::harness::restarted_at(
         s.spec
             .as_ref()?
             .template

@@ -15,7 +15,7 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::support::{
+use crate::harness::{
     Policies, bouncer, bouncer_events, finish, next_minute, pod_uids, policy, restarted_at_of,
     spawn_bouncer, statefulset as get_statefulset,
 };

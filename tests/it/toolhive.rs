@@ -21,11 +21,11 @@ use chrono::{DateTime, Utc};
 use kube::Client;
 use serde_json::Value;
 
-use crate::revert::{assert_one_at_a_time, evictions};
-use crate::support::{
+use crate::harness::{
     Bounced, Policies, audit_all_since, audit_mark, audit_since, audit_time, audited, bouncer,
     bouncer_events, deployment, pod_uids, restarted_at_of,
 };
+use crate::revert::{assert_one_at_a_time, evictions};
 
 const READY: Duration = Duration::from_secs(180);
 const VMCP: &str = "vmcp-main";

@@ -74,7 +74,12 @@ pub enum Progress {
     Waiting(String),
 }
 
-/// kubectl's DeploymentStatusViewer.
+/// kubectl's DeploymentStatusViewer (k8s.io/kubectl v0.36.3,
+/// pkg/polymorphichelpers/rollout_status.go), transcribed from its source on the k8s-openapi
+/// object, independently of bouncer's code: while `generation > observedGeneration`, waiting for
+/// the spec update; then a Progressing condition with reason ProgressDeadlineExceeded is an
+/// error; then waiting while `updatedReplicas < spec.replicas` (when set), `replicas >
+/// updatedReplicas`, or `availableReplicas < updatedReplicas`.
 pub fn deployment_progress(d: &Deployment) -> Result<Progress, String> {
     let status = d.status.clone().unwrap_or_default();
     if d.metadata.generation.unwrap_or(0) > status.observed_generation.unwrap_or(0) {
@@ -91,11 +96,11 @@ pub fn deployment_progress(d: &Deployment) -> Result<Progress, String> {
             d.name_any()
         ));
     }
-    let desired = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let desired = d.spec.as_ref().and_then(|s| s.replicas);
     let updated = status.updated_replicas.unwrap_or(0);
     let replicas = status.replicas.unwrap_or(0);
     let available = status.available_replicas.unwrap_or(0);
-    Ok(if updated < desired {
+    Ok(if let Some(desired) = desired.filter(|d| updated < *d) {
         Progress::Waiting(format!(
             "{updated} out of {desired} new replicas have been updated"
         ))
@@ -174,7 +179,10 @@ pub fn statefulset_progress(s: &StatefulSet) -> Result<Progress, String> {
     })
 }
 
-/// kubectl's DaemonSetStatusViewer.
+/// kubectl's DaemonSetStatusViewer (k8s.io/kubectl v0.36.3), transcribed from its source like
+/// the others: a strategy other than RollingUpdate is an error; while `generation >
+/// observedGeneration`, waiting; then waiting while `updatedNumberScheduled <
+/// desiredNumberScheduled` or `numberAvailable < desiredNumberScheduled`.
 pub fn daemonset_progress(d: &DaemonSet) -> Result<Progress, String> {
     let strategy = d
         .spec

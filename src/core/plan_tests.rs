@@ -6,9 +6,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::*;
-use crate::model::{ContainerSample, MetricsState, PodSample, RolloutStatus, Unsupported};
-use crate::policy::{MemoryTrigger, Restart, Selector, Threshold};
-use crate::schedule::Schedule;
+use crate::core::model::{ContainerSample, MetricsState, PodSample, RolloutStatus, Unsupported};
+use crate::core::policy::{MemoryTrigger, Restart, Selector, Threshold};
+use crate::core::schedule::Schedule;
 
 const MI: u64 = 1 << 20;
 
@@ -89,7 +89,10 @@ fn deployment(ns: &str, name: &str, app: &str, pods: Vec<PodSample>) -> Workload
         },
         labels: BTreeMap::new(),
         template_labels: labels(&[("app", app)]),
-        pod_selector: format!("app={app}"),
+        pod_selector: Selector {
+            match_labels: labels(&[("app", app)]),
+            ..Default::default()
+        },
         annotations: BTreeMap::new(),
         attempt: Default::default(),
         restarted_at: None,
@@ -512,7 +515,7 @@ fn statefulset(name: &str, n: usize, strategy: UpdateStrategy) -> Workload {
 #[test]
 fn case2_bare_pods_only_when_listed() {
     let text = "apiVersion: bouncer.dev/v1alpha1\nkind: BouncePolicy\nmetadata: {name: web}\nspec:\n  target: {selector: {matchLabels: {app: x}}}\n  triggers: {memory: {above: 512Mi}}\n  allowDowntime: true\n";
-    let parsed = crate::policy::parse_str("p.yaml", text).unwrap();
+    let parsed = crate::core::policy::parse_str("p.yaml", text).unwrap();
     let mut orphan = deployment("a", "orphan", "x", vec![pod("orphan", "x", OLD, Some(900))]);
     orphan.target.kind = Kind::Pod;
     orphan.min_ready_during_restart = 0;
@@ -549,18 +552,11 @@ fn case3_pending_template_is_not_rolled_out_by_eviction() {
 /// patched (the patch would roll only ordinals >= partition and leave the rest old forever).
 #[test]
 fn case4_partition_is_skipped_with_a_reason() {
+    // As served (see the cluster edge's conversion test): fully rolled out, partition 2.
     let mut part = statefulset("db", 3, UpdateStrategy::RollingUpdate);
-    let json = serde_json::json!({
-        "metadata": {"name": "db", "namespace": "a", "generation": 1},
-        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "x"}},
-                 "template": {"metadata": {"labels": {"app": "x"}}},
-                 "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 2}}},
-        "status": {"observedGeneration": 1, "replicas": 3, "readyReplicas": 3, "availableReplicas": 3,
-                   "updatedReplicas": 3, "currentRevision": "r1", "updateRevision": "r1"}
-    });
-    let served =
-        Workload::from(serde_json::from_value::<crate::convert::wire::StatefulSet>(json).unwrap());
-    part.status = served.status;
+    part.status.rolling_update = crate::core::model::StsRollingUpdate::Set { partition: Some(2) };
+    part.status.current_revision = Some("r1".into());
+    part.status.update_revision = Some("r1".into());
     let plan = run(&[over(policy("m", "x"), 512)], &inventory(vec![part]));
     assert!(plan.bounces.is_empty(), "{:?}", names(&plan));
     let reason = reason_of(&plan, "db");
@@ -572,19 +568,12 @@ fn case4_partition_is_skipped_with_a_reason() {
 /// the cooldown and by the schedule (one attempt per fire), whatever its method and outcome.
 #[test]
 fn case1_attempt_mark_is_honoured_by_cooldown_and_schedule() {
+    // An OnDelete StatefulSet of two pods carrying the mark as its metadata annotation.
     let served = |mark: &str| {
-        let json = serde_json::json!({
-            "metadata": {"name": "db", "namespace": "a", "generation": 1,
-                         "annotations": {"bouncer.dev/last-attempt": mark}},
-            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "x"}},
-                     "template": {"metadata": {"labels": {"app": "x"}}},
-                     "updateStrategy": {"type": "OnDelete"}},
-            "status": {"observedGeneration": 1, "replicas": 2, "readyReplicas": 2,
-                       "availableReplicas": 2, "updatedReplicas": 2}
-        });
-        let mut w = Workload::from(
-            serde_json::from_value::<crate::convert::wire::StatefulSet>(json).unwrap(),
-        );
+        let mut w = statefulset("db", 2, UpdateStrategy::OnDelete);
+        let annotations = labels(&[("bouncer.dev/last-attempt", mark)]);
+        w.attempt = crate::core::mark::AttemptMark::from_annotations(&annotations);
+        w.annotations = annotations;
         w.pods = vec![pod("db-0", "x", OLD, None), pod("db-1", "x", OLD, None)];
         w.min_ready_during_restart = 1;
         w

@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
 
 use super::{OnRevert, Operator, RestartMethod};
-use crate::model::Kind;
+use crate::core::model::Kind;
 
 /// A BouncePolicy: which pods to watch, when their workloads are due for a restart, and how to
 /// restart them one at a time.
@@ -211,7 +211,7 @@ mod tests {
             q: RawQuantity,
         }
         let parse = |yaml: &str| {
-            serde_yaml_ng::from_str::<Doc>(yaml).map(|d| crate::quantity::parse_bytes(&d.q.0))
+            serde_yaml_ng::from_str::<Doc>(yaml).map(|d| crate::core::quantity::parse_bytes(&d.q.0))
         };
         assert_eq!(parse("q: 1e9").unwrap(), Ok(1_000_000_000));
         assert_eq!(parse("q: 2048").unwrap(), Ok(2048));

@@ -308,8 +308,8 @@ mod tests {
     use serde_json::{Value as Json, json};
 
     use super::*;
-    use crate::model::Kind;
-    use crate::policy::{OnRevert, RestartMethod, Threshold};
+    use crate::core::model::Kind;
+    use crate::core::policy::{OnRevert, RestartMethod, Threshold};
 
     fn base() -> Json {
         json!({
@@ -339,7 +339,7 @@ mod tests {
     #[test]
     fn example_policies_load() {
         // At run time: a build cache shared between checkouts would keep another checkout's path.
-        let dir = Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("policies");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
         let policies = load_paths(&[dir]).unwrap_or_else(|e| panic!("{e}"));
         let names: Vec<&str> = policies.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["leaky-api", "mcp-servers-memory", "vmcp-nightly"]);

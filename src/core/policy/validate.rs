@@ -12,16 +12,16 @@ use serde_yaml_ng::Value;
 use super::raw::{
     RawMemory, RawPolicy, RawRestart, RawSchedule, RawSelector, RawTarget, RawWindow,
 };
-use super::selector::{
-    dns1123_label_problem, dns1123_subdomain_problem, label_key_problem, label_value_problem,
-};
 use super::{API_VERSION, KIND, Selector, Threshold, Window};
 use super::{
     MemoryTrigger, OnRevert, Operator, Policy, PolicyError, Requirement, Restart, RestartMethod,
 };
-use crate::model::Kind;
-use crate::quantity::parse_bytes as parse_quantity;
-use crate::schedule::Schedule;
+use crate::core::model::Kind;
+use crate::core::quantity::parse_bytes as parse_quantity;
+use crate::core::schedule::Schedule;
+use crate::core::selector::{
+    dns1123_label_problem, dns1123_subdomain_problem, label_key_problem, label_value_problem,
+};
 
 const DEFAULT_STARTING_DEADLINE: Duration = Duration::from_secs(2 * 3600);
 const DEFAULT_COOLDOWN: Duration = Duration::from_secs(3600);
@@ -510,7 +510,7 @@ fn type_name(value: &Value) -> &'static str {
 mod tests {
     use serde_json::{Value as Json, json};
 
-    use crate::policy::parse_str;
+    use crate::core::policy::parse_str;
 
     fn base() -> Json {
         json!({

@@ -4,17 +4,16 @@
 mod load;
 mod raw;
 mod schema;
-mod selector;
 mod validate;
 
 use std::time::Duration;
 
-use crate::model::Kind;
-use crate::schedule::Schedule;
+use crate::core::model::Kind;
+pub use crate::core::schedule::{Schedule, Window};
 
+pub use crate::core::selector::{Operator, Requirement, Selector};
 pub use load::{LoadError, PolicyError, load_paths, parse_str};
 pub use schema::json_schema;
-pub use selector::{Operator, Requirement, Selector};
 
 pub const API_VERSION: &str = "bouncer.dev/v1alpha1";
 pub const KIND: &str = "BouncePolicy";
@@ -53,16 +52,6 @@ pub enum Threshold {
     Bytes(u64),
     /// Percent (0 < p <= 100) of the memory limit.
     PercentOfLimit(f64),
-}
-
-/// A weekly window in a time zone, e.g. Mon-Fri 01:00-05:00 Europe/Berlin. `to` < `from` wraps
-/// past midnight (the day is the day the window opens).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Window {
-    pub days: Vec<chrono::Weekday>,
-    pub from: chrono::NaiveTime,
-    pub to: chrono::NaiveTime,
-    pub time_zone: chrono_tz::Tz,
 }
 
 #[derive(Debug, Clone, PartialEq)]

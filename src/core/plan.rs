@@ -5,26 +5,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 
-use crate::consts::EXCLUDE_ANNOTATION;
-use crate::mark::AttemptMark;
-use crate::memory::{self, MemoryReading, MemoryState};
-use crate::model::{Inventory, Kind, Pdb, UpdateStrategy, Workload, WorkloadRef};
-use crate::policy::{OnRevert, Policy, RestartMethod};
-use crate::reason::{NotDue, SkipReason, Trigger};
-use crate::rollout::{self, RolloutState};
-use crate::schedule::ScheduleVerdict;
-
-/// How a bounce restarts its pods.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Method {
-    /// The restartedAt patch, then the controller's own rolling update.
-    Rollout,
-    /// Pods evicted one at a time through the Eviction API.
-    Evict,
-}
+use crate::core::literals::EXCLUDE_ANNOTATION;
+use crate::core::mark::AttemptMark;
+use crate::core::memory::{self, Evaluation, MemoryReading, MemoryState};
+pub use crate::core::model::Method;
+use crate::core::model::{Inventory, Kind, Pdb, UpdateStrategy, Workload, WorkloadRef};
+use crate::core::policy::{OnRevert, Policy, RestartMethod};
+use crate::core::reasons::{NotDue, SkipReason, Trigger};
+use crate::core::rollout::{self, RolloutState};
+use crate::core::schedule::ScheduleVerdict;
 
 #[derive(Debug, Clone)]
 pub struct Bounce {
@@ -83,8 +73,8 @@ pub fn plan(
     let mut policies: Vec<&Policy> = policies.iter().collect();
     policies.sort_by(|a, b| a.name.cmp(&b.name));
     let metrics_unavailable = match &inventory.metrics {
-        crate::model::MetricsState::Available => None,
-        crate::model::MetricsState::Unavailable(why) => Some(why.clone()),
+        crate::core::model::MetricsState::Available => None,
+        crate::core::model::MetricsState::Unavailable(why) => Some(why.clone()),
     };
 
     let mut candidates = Vec::new();
@@ -94,8 +84,14 @@ pub fn plan(
             if !selects(policy, workload) {
                 continue;
             }
-            let reading = memory::reading(policy.memory.as_ref(), workload);
-            match decide(policy, workload, inventory, now) {
+            let (reading, memory) = memory::assess(
+                policy.memory.as_ref(),
+                &policy.windows,
+                workload,
+                &inventory.metrics,
+                now,
+            );
+            match decide(policy, workload, memory, inventory, now) {
                 Ok((method, triggers, urgency)) => candidates.push(Candidate {
                     bounce: Bounce {
                         policy: policy.name.clone(),
@@ -214,6 +210,7 @@ type Decision = (Method, Vec<Trigger>, Option<f64>);
 fn decide(
     policy: &Policy,
     w: &Workload,
+    memory: Option<Evaluation>,
     inv: &Inventory,
     now: DateTime<Utc>,
 ) -> Result<Decision, SkipReason> {
@@ -226,7 +223,7 @@ fn decide(
             error: error.clone(),
         });
     }
-    let (triggers, urgency) = match triggers(policy, w, inv, now) {
+    let (triggers, urgency) = match triggers(policy, w, memory, now) {
         // A fire held back only by our own recent attempt reads as the cooldown while that
         // lasts (the reason names the attempt's time); after it, the fire stays attempted.
         Err(SkipReason::NotDue(n))
@@ -271,18 +268,11 @@ pub fn identity_gates(
 fn triggers(
     policy: &Policy,
     w: &Workload,
-    inv: &Inventory,
+    eval: Option<Evaluation>,
     now: DateTime<Utc>,
 ) -> Result<(Vec<Trigger>, Option<f64>), SkipReason> {
     let mut fired = Vec::new();
     let mut not_due = NotDue::default();
-    let eval = memory::evaluate(
-        policy.memory.as_ref(),
-        policy.windows.as_slice(),
-        w,
-        &inv.metrics,
-        now,
-    );
     let urgency = eval.as_ref().and_then(|e| e.ratio);
     if let Some(eval) = eval {
         match eval.state {

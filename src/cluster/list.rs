@@ -1,12 +1,17 @@
 //! Reads a LIST response as it arrives: each item is deserialized into its slim wire form as soon
 //! as its closing brace is in, so a page (megabytes of JSON) never sits in memory whole; only the
-//! item being received does.
+//! item being received does. `pages` reads every page of one LIST that way.
 
+use futures::AsyncBufReadExt;
+use kube::Client;
+use kube::api::ListParams;
 use serde::de::{DeserializeOwned, Error as _};
 
 use super::wire::ListMeta;
 
 const SLICE: usize = 16 * 1024;
+/// Objects per LIST page.
+const PAGE: u32 = 500;
 
 /// What the bytes at depth 1 (the list object's own fields) are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,12 +203,64 @@ impl ListSplitter {
     }
 }
 
+/// Every page (of 500) of one LIST; each object is converted as soon as it has arrived. Returns
+/// the list's resourceVersion (where a watch of the same objects starts).
+pub async fn pages<W, T>(
+    client: &Client,
+    url: &str,
+    params: &ListParams,
+    f: impl Fn(W) -> T,
+    out: &mut Vec<T>,
+) -> Result<Option<String>, kube::Error>
+where
+    W: DeserializeOwned,
+{
+    let mut params = params.clone().limit(PAGE);
+    loop {
+        let request = kube::core::Request::new(url)
+            .list(&params)
+            .map_err(kube::Error::BuildRequest)?;
+        let page = read_list(client, request, |item: W| out.push(f(item))).await?;
+        match page.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(page.resource_version),
+        }
+    }
+}
+
+/// One LIST response, split into items as its bytes arrive, so that memory holds one object at a
+/// time rather than a page (API errors arrive as `kube::Error::Api`, as with `Api::list`).
+async fn read_list<W: DeserializeOwned>(
+    client: &Client,
+    request: http::Request<Vec<u8>>,
+    mut item: impl FnMut(W),
+) -> Result<ListMeta, kube::Error> {
+    let body = client.request_stream(request).await?;
+    let mut body = std::pin::pin!(body);
+    let mut splitter = ListSplitter::default();
+    loop {
+        let chunk = body
+            .fill_buf()
+            .await
+            .map_err(|e| kube::Error::Service(Box::new(e)))?;
+        if chunk.is_empty() {
+            break;
+        }
+        let len = chunk.len();
+        splitter
+            .feed(chunk, &mut item)
+            .map_err(kube::Error::SerdeError)?;
+        body.consume_unpin(len);
+    }
+    splitter.finish().map_err(kube::Error::SerdeError)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::convert::wire;
+    use crate::cluster::wire;
 
     fn split(json: &str, chunk: usize) -> Result<(Vec<String>, Option<String>), serde_json::Error> {
         let mut splitter = ListSplitter::default();

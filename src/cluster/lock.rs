@@ -10,11 +10,13 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use tokio::sync::watch;
 
-use crate::consts::BARE_ATTEMPTS_ANNOTATION;
-use crate::error::ClusterError;
-use crate::execute::Stop;
-use crate::mark::{Attempt, BareMarks, decode_bare, merge_bare};
-use crate::restart::with_retries;
+use super::error::ClusterError;
+use super::retry::with_retries;
+use crate::core::literals::BARE_ATTEMPTS_ANNOTATION;
+use crate::core::mark::{Attempt, BareMarks, decode_bare, merge_bare};
+
+/// Why the run must stop (SIGTERM, the lock lost); `None` while it may go on.
+pub type Stop = Option<String>;
 
 /// Seconds a holder has to renew before others may take the lease over.
 pub const LEASE_SECONDS: i32 = 30;

@@ -55,6 +55,16 @@ impl fmt::Display for Kind {
     }
 }
 
+/// How a bounce restarts its pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Method {
+    /// The restartedAt patch, then the controller's own rolling update.
+    Rollout,
+    /// Pods evicted one at a time through the Eviction API.
+    Evict,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct WorkloadRef {
     pub kind: Kind,
@@ -133,12 +143,12 @@ pub struct Workload {
     pub labels: BTreeMap<String, String>,
     /// Labels every pod of the workload gets (the pod template's; a bare pod's own).
     pub template_labels: BTreeMap<String, String>,
-    /// The controller's pod selector in `-l` syntax, used to re-list its pods before acting.
-    pub pod_selector: String,
+    /// The controller's pod selector, used to re-list its pods before acting.
+    pub pod_selector: crate::core::selector::Selector,
     /// The workload's own metadata annotations (bouncer.dev/exclude lives here).
     pub annotations: BTreeMap<String, String>,
     /// bouncer's mark of its last attempt (metadata annotation; for bare pods, from the Lease).
-    pub attempt: crate::mark::AttemptMark,
+    pub attempt: AttemptMark,
     /// kubectl.kubernetes.io/restartedAt from the pod template, if any and parseable.
     pub restarted_at: Option<DateTime<Utc>>,
     pub paused: bool,
@@ -193,7 +203,7 @@ pub struct Unsupported {
 pub struct Pdb {
     pub namespace: String,
     pub name: String,
-    pub selector: crate::policy::Selector,
+    pub selector: crate::core::selector::Selector,
     pub disruptions_allowed: i32,
 }
 
@@ -216,23 +226,38 @@ pub struct Inventory {
     pub metrics: MetricsState,
 }
 
-impl Inventory {
-    /// Gives each bare pod its mark from the Lease (or, when the Lease could not be read, an
-    /// unreadable mark, so bare pods are skipped rather than bounced without their history).
-    pub fn with_bare_marks(mut self, marks: &Result<crate::mark::BareMarks, String>) -> Inventory {
-        use crate::mark::{AttemptMark, bare_key};
-        for w in self
-            .workloads
-            .iter_mut()
-            .filter(|w| w.target.kind == Kind::Pod)
-        {
-            w.attempt = match marks {
-                Ok(m) => m
-                    .get(&bare_key(&w.target.namespace, &w.target.name))
-                    .map_or(AttemptMark::None, |a| AttemptMark::Seen(a.clone())),
-                Err(e) => AttemptMark::Unreadable(e.clone()),
-            };
-        }
-        self
-    }
+/// How far an attempt got. `Started` is written before anything is disrupted, so a run that
+/// dies mid-bounce still leaves its mark; a rollout's mark (part of the restart patch) keeps it,
+/// an eviction's is updated at the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum AttemptOutcome {
+    Started,
+    Bounced,
+    RevertedEvicted,
+    Reverted,
+    Failed,
+    Interrupted,
+}
+
+/// One attempt, as stored (JSON in the annotation value).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Attempt {
+    /// When the attempt began (bouncer's clock: only ever compared with bouncer's clock).
+    pub time: DateTime<Utc>,
+    pub policy: String,
+    pub method: Method,
+    pub outcome: AttemptOutcome,
+}
+
+/// What the snapshot found about a workload's last attempt.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum AttemptMark {
+    #[default]
+    None,
+    Seen(Attempt),
+    /// The mark is there but unreadable (hand-edited, or the Lease could not be read): the
+    /// planner fails closed and skips, naming the annotation.
+    Unreadable(String),
 }

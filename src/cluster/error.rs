@@ -1,6 +1,6 @@
 //! Errors at the cluster boundary, each naming the action and the object.
 
-use crate::model::WorkloadRef;
+use crate::core::model::WorkloadRef;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {

@@ -3,24 +3,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use futures::AsyncBufReadExt;
-use k8s_metrics::v1beta1::PodMetrics;
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::Client;
 use kube::api::ListParams;
-use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use crate::consts::EXCLUDE_ANNOTATION;
-use crate::convert::list::ListSplitter;
-use crate::convert::{self, wire};
-use crate::error::ClusterError;
-use crate::model::{
+use super::error::ClusterError;
+use super::list::pages;
+use super::{convert, kinds, wire};
+use crate::core::literals::EXCLUDE_ANNOTATION;
+use crate::core::model::{
     Inventory, Kind, MetricsState, Pdb, PodSample, Unsupported, Workload, WorkloadRef,
 };
-use crate::quantity::parse_bytes;
-
-const PAGE: u32 = 500;
+use crate::core::quantity::parse_bytes;
 
 /// A pod as the snapshot keeps it: under its controller, or a bare pod (its own workload).
 enum PodEntry {
@@ -100,78 +94,35 @@ fn metrics_entry(m: wire::PodMetrics) -> ((String, String), Vec<(String, u64)>) 
     )
 }
 
-/// LISTs every page of kind `K` (its URL), in every namespace or in each of `scope`, reading each
-/// object in its slim wire form `W` and converting it at once.
-async fn list<K, W, T>(
+/// LISTs every page of one collection (`url(namespace)`), in every namespace or in each of
+/// `scope`, reading each object in its slim wire form `W` and converting it at once.
+async fn list<W, T>(
     client: &Client,
     scope: &[String],
-    f: fn(W) -> T,
+    url: impl Fn(Option<&str>) -> String,
+    f: impl Fn(W) -> T,
 ) -> Result<Vec<T>, kube::Error>
 where
-    K: Resource<DynamicType = ()>,
     W: DeserializeOwned,
 {
     let urls: Vec<String> = if scope.is_empty() {
-        vec![K::url_path(&(), None)]
+        vec![url(None)]
     } else {
-        scope.iter().map(|ns| K::url_path(&(), Some(ns))).collect()
+        scope.iter().map(|ns| url(Some(ns))).collect()
     };
     let mut out = Vec::new();
     for url in urls {
-        pages(client, &url, &ListParams::default(), f, &mut out).await?;
+        pages(client, &url, &ListParams::default(), &f, &mut out).await?;
     }
     Ok(out)
 }
 
-/// Every page (of 500) of one LIST; each object is converted as soon as it has arrived.
-async fn pages<W, T>(
-    client: &Client,
-    url: &str,
-    params: &ListParams,
-    f: impl Fn(W) -> T,
-    out: &mut Vec<T>,
-) -> Result<(), kube::Error>
-where
-    W: DeserializeOwned,
-{
-    let mut params = params.clone().limit(PAGE);
-    loop {
-        let request = kube::core::Request::new(url)
-            .list(&params)
-            .map_err(kube::Error::BuildRequest)?;
-        let page = read_list(client, request, |item: W| out.push(f(item))).await?;
-        match page.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(()),
-        }
+fn namespaced(path: &str, namespace: Option<&str>) -> String {
+    let (group, resource) = path.rsplit_once('/').unwrap_or(("", path));
+    match namespace {
+        Some(ns) => format!("{group}/namespaces/{ns}/{resource}"),
+        None => path.to_string(),
     }
-}
-
-/// One LIST response, split into items as its bytes arrive, so that memory holds one object at a
-/// time rather than a page (API errors arrive as `kube::Error::Api`, as with `Api::list`).
-async fn read_list<W: DeserializeOwned>(
-    client: &Client,
-    request: http::Request<Vec<u8>>,
-    mut item: impl FnMut(W),
-) -> Result<wire::ListMeta, kube::Error> {
-    let body = client.request_stream(request).await?;
-    let mut body = std::pin::pin!(body);
-    let mut splitter = ListSplitter::default();
-    loop {
-        let chunk = body
-            .fill_buf()
-            .await
-            .map_err(|e| kube::Error::Service(Box::new(e)))?;
-        if chunk.is_empty() {
-            break;
-        }
-        let len = chunk.len();
-        splitter
-            .feed(chunk, &mut item)
-            .map_err(kube::Error::SerdeError)?;
-        body.consume_unpin(len);
-    }
-    splitter.finish().map_err(kube::Error::SerdeError)
 }
 
 /// Why the metrics read failed, in the words an operator acts on.
@@ -188,30 +139,6 @@ fn metrics_failure(e: &kube::Error) -> String {
     }
 }
 
-/// PodDisruptionBudgets (policy/v1, served from v1.21: the oldest release bouncer supports).
-async fn pdbs(client: &Client, scope: &[String]) -> Result<Vec<Pdb>, kube::Error> {
-    let urls: Vec<String> = if scope.is_empty() {
-        vec!["/apis/policy/v1/poddisruptionbudgets".to_string()]
-    } else {
-        scope
-            .iter()
-            .map(|ns| format!("/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"))
-            .collect()
-    };
-    let mut out = Vec::new();
-    for url in urls {
-        pages(
-            client,
-            &url,
-            &ListParams::default(),
-            <Pdb as From<wire::PodDisruptionBudget>>::from,
-            &mut out,
-        )
-        .await?;
-    }
-    Ok(out)
-}
-
 fn excluded_namespace(n: wire::Namespace) -> Option<String> {
     let excluded = n
         .metadata
@@ -222,9 +149,18 @@ fn excluded_namespace(n: wire::Namespace) -> Option<String> {
     excluded.then(|| n.metadata.name.unwrap_or_default())
 }
 
+async fn controllers(
+    client: &Client,
+    scope: &[String],
+    kind: Kind,
+) -> Result<Vec<Workload>, kube::Error> {
+    let url = |ns: Option<&str>| kinds::collection(kind, ns);
+    list(client, scope, url, |c| convert::controller(kind, c)).await
+}
+
 /// Takes the snapshot. Metrics are optional (their failure is recorded, not fatal); every other
 /// read failing fails the snapshot, because a partial inventory could hide a reason to skip.
-/// `metrics` is the client for metrics.k8s.io (one that does not retry: see `lib::client`).
+/// `metrics_client` is the one for metrics.k8s.io (it does not retry: see `cluster::connect`).
 pub async fn snapshot(
     client: &Client,
     metrics_client: &Client,
@@ -232,47 +168,64 @@ pub async fn snapshot(
 ) -> Result<Inventory, ClusterError> {
     let wrap = |what: &'static str| move |source| ClusterError::List { what, source };
     let namespaces = async {
-        let all = list::<Namespace, _, _>(client, &[], excluded_namespace)
-            .await
-            .map_err(wrap("namespaces"))?;
+        let all = list(
+            client,
+            &[],
+            |_| "/api/v1/namespaces".into(),
+            excluded_namespace,
+        )
+        .await
+        .map_err(wrap("namespaces"))?;
         Ok::<_, ClusterError>(all.into_iter().flatten().collect::<BTreeSet<_>>())
     };
     let metrics = async {
-        match list::<PodMetrics, _, _>(metrics_client, scope, metrics_entry).await {
+        let url = |ns: Option<&str>| namespaced("/apis/metrics.k8s.io/v1beta1/pods", ns);
+        match list(metrics_client, scope, url, metrics_entry).await {
             Ok(m) => (MetricsState::Available, m.into_iter().collect::<Usage>()),
             Err(e) => (MetricsState::Unavailable(metrics_failure(&e)), Usage::new()),
         }
     };
     let (pods, rs, deployments, statefulsets, daemonsets, pdbs, excluded, (metrics, usage)) = futures::join!(
         async {
-            list::<Pod, _, _>(client, scope, pod_entry)
-                .await
-                .map_err(wrap("pods"))
+            list(
+                client,
+                scope,
+                |ns| kinds::collection(Kind::Pod, ns),
+                pod_entry,
+            )
+            .await
+            .map_err(wrap("pods"))
         },
         async {
-            list::<ReplicaSet, _, _>(client, scope, rs_owner)
+            list(client, scope, kinds::replicasets, rs_owner)
                 .await
                 .map_err(wrap("replicasets"))
         },
         async {
-            list::<Deployment, wire::Deployment, _>(client, scope, Workload::from)
+            controllers(client, scope, Kind::Deployment)
                 .await
                 .map_err(wrap("deployments"))
         },
         async {
-            list::<StatefulSet, wire::StatefulSet, _>(client, scope, Workload::from)
+            controllers(client, scope, Kind::StatefulSet)
                 .await
                 .map_err(wrap("statefulsets"))
         },
         async {
-            list::<DaemonSet, wire::DaemonSet, _>(client, scope, Workload::from)
+            controllers(client, scope, Kind::DaemonSet)
                 .await
                 .map_err(wrap("daemonsets"))
         },
         async {
-            pdbs(client, scope)
-                .await
-                .map_err(wrap("poddisruptionbudgets"))
+            let url = |ns: Option<&str>| namespaced("/apis/policy/v1/poddisruptionbudgets", ns);
+            list(
+                client,
+                scope,
+                url,
+                <Pdb as From<wire::PodDisruptionBudget>>::from,
+            )
+            .await
+            .map_err(wrap("poddisruptionbudgets"))
         },
         namespaces,
         metrics,
@@ -373,48 +326,18 @@ fn group(
     (workloads, unsupported)
 }
 
-/// One GET of a controller (or a bare pod), converted; its pods are not listed.
-pub async fn read_controller(
-    client: &Client,
-    target: &WorkloadRef,
-) -> Result<Workload, kube::Error> {
-    let ns = target.namespace.as_str();
-    Ok(match target.kind {
-        Kind::Deployment => convert::deployment(
-            &Api::<Deployment>::namespaced(client.clone(), ns)
-                .get(&target.name)
-                .await?,
-        )?,
-        Kind::StatefulSet => convert::statefulset(
-            &Api::<StatefulSet>::namespaced(client.clone(), ns)
-                .get(&target.name)
-                .await?,
-        )?,
-        Kind::DaemonSet => convert::daemonset(
-            &Api::<DaemonSet>::namespaced(client.clone(), ns)
-                .get(&target.name)
-                .await?,
-        )?,
-        Kind::Pod => convert::bare_pod(
-            &Api::<Pod>::namespaced(client.clone(), ns)
-                .get(&target.name)
-                .await?,
-        )?,
-    })
-}
-
 /// A fresh read of one workload and its pods, right before acting on it.
 pub async fn read_workload(client: &Client, target: &WorkloadRef) -> Result<Workload, kube::Error> {
     let ns = target.namespace.as_str();
-    let mut w = read_controller(client, target).await?;
+    let mut w = kinds::get(client, target).await?;
     if target.kind == Kind::Pod {
         return Ok(w);
     }
-    let selected = ListParams::default().labels(&w.pod_selector);
+    let selected = ListParams::default().labels(&w.pod_selector.to_string());
     let mut listed: Vec<wire::Pod> = Vec::new();
     pages(
         client,
-        &Pod::url_path(&(), Some(ns)),
+        &kinds::collection(Kind::Pod, Some(ns)),
         &selected,
         |p| p,
         &mut listed,
@@ -424,7 +347,7 @@ pub async fn read_workload(client: &Client, target: &WorkloadRef) -> Result<Work
         let mut rs = Vec::new();
         pages(
             client,
-            &ReplicaSet::url_path(&(), Some(ns)),
+            &kinds::replicasets(Some(ns)),
             &selected,
             rs_owner,
             &mut rs,

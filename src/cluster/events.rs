@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
 use kube::{Api, Client};
 
-use crate::model::{Kind, WorkloadRef};
+use crate::core::model::{Kind, WorkloadRef};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Severity {

@@ -3,9 +3,9 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::model::{MetricsState, PodSample, Workload};
-use crate::policy::{MemoryTrigger, Threshold, Window};
-use crate::schedule::in_windows;
+use crate::core::model::{MetricsState, PodSample, Workload};
+use crate::core::policy::{MemoryTrigger, Threshold};
+use crate::core::schedule::{Window, in_windows};
 
 /// The workload's highest pod, as the report shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -104,27 +104,27 @@ fn highest<'a, 'b>(all: &'b [PodUsage<'a>]) -> Option<&'b PodUsage<'a>> {
     })
 }
 
-pub fn reading(trigger: Option<&MemoryTrigger>, w: &Workload) -> Option<MemoryReading> {
-    let (all, missing) = usages(trigger, w);
-    highest(&all).map(|u| MemoryReading {
-        pod: u.pod.name.clone(),
-        usage: u.usage,
-        threshold: u.threshold,
-        missing,
-    })
-}
-
-/// None when the policy has no memory trigger.
-pub fn evaluate(
+/// The workload's memory against the policy's trigger, from one pass over its pods: the reading
+/// the report shows (also without a trigger), and the trigger's evaluation (None when the
+/// policy has no memory trigger).
+pub fn assess(
     trigger: Option<&MemoryTrigger>,
     windows: &[Window],
     w: &Workload,
     metrics: &MetricsState,
     now: DateTime<Utc>,
-) -> Option<Evaluation> {
-    let trigger = trigger?;
-    let (all, _) = usages(Some(trigger), w);
+) -> (Option<MemoryReading>, Option<Evaluation>) {
+    let (all, missing) = usages(trigger, w);
     let top = highest(&all);
+    let reading = top.map(|u| MemoryReading {
+        pod: u.pod.name.clone(),
+        usage: u.usage,
+        threshold: u.threshold,
+        missing,
+    });
+    if trigger.is_none() {
+        return (reading, None);
+    }
     let ratio = top.and_then(ratio);
     let state = if let MetricsState::Unavailable(why) = metrics {
         MemoryState::Unavailable(why.clone())
@@ -149,5 +149,5 @@ pub fn evaluate(
     } else {
         MemoryState::NoLimit
     };
-    Some(Evaluation { state, ratio })
+    (reading, Some(Evaluation { state, ratio }))
 }

@@ -1,7 +1,16 @@
-//! Kubernetes literals bouncer reads or writes, in one place.
+//! Kubernetes literals bouncer reads or writes, in one place, and the wire format of the
+//! restartedAt annotation.
+
+use chrono::{DateTime, SecondsFormat, Utc};
 
 /// The pod-template annotation `kubectl rollout restart` writes (not kube-rs's `kube.kubernetes.io/restartedAt`).
 pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
+
+/// A time as `kubectl rollout restart` writes restartedAt (RFC3339, whole seconds, `Z`); the
+/// report prints every time the same way.
+pub fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
 /// Opt-out on a workload or a namespace.
 pub const EXCLUDE_ANNOTATION: &str = "bouncer.dev/exclude";
 /// bouncer's mark of its last bounce attempt on a workload's metadata (JSON: time, policy,

@@ -2,12 +2,14 @@
 
 use std::fmt;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 
-use crate::memory::MemoryState;
-use crate::model::Kind;
-use crate::quantity::format_bytes;
-use crate::schedule::ScheduleVerdict;
+use crate::core::literals::rfc3339;
+
+use crate::core::memory::MemoryState;
+use crate::core::model::Kind;
+use crate::core::quantity::format_bytes;
+use crate::core::schedule::ScheduleVerdict;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Trigger {
@@ -211,7 +213,7 @@ impl fmt::Display for SkipReason {
             SkipReason::BadAttemptMark { error } => write!(
                 f,
                 "unreadable attempt mark ({}): {error}",
-                crate::consts::ATTEMPT_ANNOTATION
+                crate::core::literals::ATTEMPT_ANNOTATION
             ),
             SkipReason::RestartedMeanwhile => write!(f, "restarted by someone else since the plan"),
             SkipReason::ReadFailed { error } => {
@@ -276,8 +278,4 @@ impl fmt::Display for NotDue {
         }
         write!(f, "not due: {}", parts.join("; "))
     }
-}
-
-pub fn rfc3339(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }

@@ -4,15 +4,19 @@
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
-use kube::{Api, Client};
 
-use crate::consts::{BUILTIN_MANAGERS, FIELD_MANAGER};
-use crate::convert;
-use crate::model::{Kind, Workload, WorkloadRef};
-use crate::reason::rfc3339;
-use crate::restart::with_retries;
+use super::literals::{BUILTIN_MANAGERS, FIELD_MANAGER, rfc3339};
+use super::model::{Kind, Workload};
+
+/// One managedFields entry of a workload, as the revert rule reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldWrite {
+    pub manager: String,
+    /// When the manager last wrote (removals do not refresh it).
+    pub time: Option<DateTime<Utc>>,
+    /// It owns part of `spec.template`.
+    pub template: bool,
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
@@ -88,42 +92,8 @@ impl std::fmt::Display for Reverters {
     }
 }
 
-/// The likely reverters of a bounce patched at `since`, from the workload's managedFields. A
-/// failed read is logged and yields no names: the revert itself is already proven.
-pub async fn reverters(client: &Client, target: &WorkloadRef, since: DateTime<Utc>) -> Reverters {
-    let ns = target.namespace.as_str();
-    let name = target.name.as_str();
-    let fields = with_retries(&format!("read managedFields of {target}"), || async {
-        match target.kind {
-            Kind::Deployment => Api::<Deployment>::namespaced(client.clone(), ns)
-                .get(name)
-                .await
-                .map(|o| o.metadata.managed_fields),
-            Kind::StatefulSet => Api::<StatefulSet>::namespaced(client.clone(), ns)
-                .get(name)
-                .await
-                .map(|o| o.metadata.managed_fields),
-            Kind::DaemonSet => Api::<DaemonSet>::namespaced(client.clone(), ns)
-                .get(name)
-                .await
-                .map(|o| o.metadata.managed_fields),
-            Kind::Pod => Ok(None),
-        }
-    })
-    .await;
-    match fields {
-        Ok(entries) => from_entries(entries.unwrap_or_default().as_slice(), since),
-        Err(e) => {
-            tracing::warn!("reading managedFields of {target}: {e}");
-            Reverters {
-                managers: Vec::new(),
-                wrote_after: false,
-            }
-        }
-    }
-}
-
-fn from_entries(entries: &[ManagedFieldsEntry], since: DateTime<Utc>) -> Reverters {
+/// The likely reverters of a bounce patched at `since`, from the workload's managedFields.
+pub fn reverters(entries: &[FieldWrite], since: DateTime<Utc>) -> Reverters {
     let recent = writers(entries, Some(since));
     if recent.is_empty() {
         Reverters {
@@ -140,19 +110,13 @@ fn from_entries(entries: &[ManagedFieldsEntry], since: DateTime<Utc>) -> Reverte
 
 /// Field managers (other than bouncer and the built-in controllers) owning part of the pod
 /// template, only those that wrote at or after `since` when given.
-fn writers(entries: &[ManagedFieldsEntry], since: Option<DateTime<Utc>>) -> Vec<String> {
+fn writers(entries: &[FieldWrite], since: Option<DateTime<Utc>>) -> Vec<String> {
     let since = since.map(|s| s.duration_trunc(TimeDelta::seconds(1)).unwrap_or(s));
     let mut names: Vec<String> = entries
         .iter()
-        .filter(|e| {
-            since.is_none_or(|since| e.time.as_ref().is_some_and(|t| convert::time(t) >= since))
-        })
-        .filter(|e| {
-            e.fields_v1
-                .as_ref()
-                .is_some_and(|f| f.0.pointer("/f:spec/f:template").is_some())
-        })
-        .filter_map(|e| e.manager.clone())
+        .filter(|e| since.is_none_or(|since| e.time.is_some_and(|t| t >= since)))
+        .filter(|e| e.template)
+        .map(|e| e.manager.clone())
         .filter(|m| m != FIELD_MANAGER && !BUILTIN_MANAGERS.contains(&m.as_str()))
         .collect();
     names.sort();
@@ -163,7 +127,7 @@ fn writers(entries: &[ManagedFieldsEntry], since: Option<DateTime<Utc>>) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{PodSample, RolloutStatus, UpdateStrategy};
+    use crate::core::model::{PodSample, RolloutStatus, UpdateStrategy, WorkloadRef};
 
     fn pod(uid: &str, started: &str, ready: bool) -> PodSample {
         PodSample {
@@ -188,7 +152,7 @@ mod tests {
             },
             labels: Default::default(),
             template_labels: Default::default(),
-            pod_selector: String::new(),
+            pod_selector: Default::default(),
             annotations: Default::default(),
             attempt: Default::default(),
             restarted_at: annotation.map(|a| a.parse().unwrap()),
@@ -247,19 +211,10 @@ mod tests {
 
     #[test]
     fn writers_are_recent_template_writers_other_than_us_and_builtins() {
-        let entry = |manager: &str, time: &str, template: bool| ManagedFieldsEntry {
-            manager: Some(manager.into()),
-            time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                time.parse().unwrap(),
-            )),
-            fields_v1: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
-                if template {
-                    serde_json::json!({"f:spec": {"f:template": {}}})
-                } else {
-                    serde_json::json!({"f:status": {}})
-                },
-            )),
-            ..Default::default()
+        let entry = |manager: &str, time: &str, template: bool| FieldWrite {
+            manager: manager.into(),
+            time: Some(time.parse().unwrap()),
+            template,
         };
         let since: DateTime<Utc> = "2026-01-01T03:00:00.5Z".parse().unwrap();
         let entries = vec![
@@ -274,7 +229,7 @@ mod tests {
             vec!["toolhive-operator".to_string()]
         );
         assert_eq!(
-            from_entries(&entries, since),
+            reverters(&entries, since),
             Reverters {
                 managers: vec!["toolhive-operator".into()],
                 wrote_after: true
@@ -284,15 +239,11 @@ mod tests {
 
     #[test]
     fn a_removal_leaves_only_ownership_so_the_template_owners_are_named() {
-        let entry = |manager: &str, time: &str, path: serde_json::Value| ManagedFieldsEntry {
-            manager: Some(manager.into()),
-            time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                time.parse().unwrap(),
-            )),
-            fields_v1: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
-                path,
-            )),
-            ..Default::default()
+        // What each entry owns: only `spec.template` matters to the rule.
+        let entry = |manager: &str, time: &str, owns: &str| FieldWrite {
+            manager: manager.into(),
+            time: Some(time.parse().unwrap()),
+            template: owns == "f:spec/f:template",
         };
         // What the API server keeps after an operator deleted our annotation: its entry from
         // creation (old time), the controller's status, and no entry for bouncer at all.
@@ -301,20 +252,16 @@ mod tests {
             entry(
                 "toolhive-operator",
                 "2026-01-01T02:00:00Z",
-                serde_json::json!({"f:spec": {"f:template": {}}}),
+                "f:spec/f:template",
             ),
             entry(
                 "kube-controller-manager",
                 "2026-01-01T03:00:05Z",
-                serde_json::json!({"f:status": {}}),
+                "f:status",
             ),
-            entry(
-                "helm",
-                "2026-01-01T01:00:00Z",
-                serde_json::json!({"f:metadata": {"f:labels": {}}}),
-            ),
+            entry("helm", "2026-01-01T01:00:00Z", "f:metadata/f:labels"),
         ];
-        let found = from_entries(&entries, since);
+        let found = reverters(&entries, since);
         assert_eq!(
             found,
             Reverters {
@@ -329,7 +276,7 @@ mod tests {
             "{found}"
         );
         assert_eq!(
-            from_entries(&entries[1..], since).to_string(),
+            reverters(&entries[1..], since).to_string(),
             "an unknown writer"
         );
     }
@@ -338,7 +285,7 @@ mod tests {
 #[cfg(test)]
 mod identity_tests {
     use super::*;
-    use crate::model::{PodSample, RolloutStatus, UpdateStrategy};
+    use crate::core::model::{PodSample, RolloutStatus, UpdateStrategy, WorkloadRef};
 
     fn pod(uid: &str, started: &str) -> PodSample {
         PodSample {
@@ -363,7 +310,7 @@ mod identity_tests {
             },
             labels: Default::default(),
             template_labels: Default::default(),
-            pod_selector: String::new(),
+            pod_selector: Default::default(),
             annotations: Default::default(),
             attempt: Default::default(),
             restarted_at: Some(written.parse().unwrap()),

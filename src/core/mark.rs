@@ -9,35 +9,10 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use serde::{Deserialize, Serialize};
 
-use crate::consts::ATTEMPT_ANNOTATION;
-use crate::plan::Method;
-
-/// How far an attempt got. `Started` is written before anything is disrupted, so a run that
-/// dies mid-bounce still leaves its mark; a rollout's mark (part of the restart patch) keeps it,
-/// an eviction's is updated at the end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum AttemptOutcome {
-    Started,
-    Bounced,
-    RevertedEvicted,
-    Reverted,
-    Failed,
-    Interrupted,
-}
-
-/// One attempt, as stored (JSON in the annotation value).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Attempt {
-    /// When the attempt began (bouncer's clock: only ever compared with bouncer's clock).
-    pub time: DateTime<Utc>,
-    pub policy: String,
-    pub method: Method,
-    pub outcome: AttemptOutcome,
-}
+use crate::core::literals::ATTEMPT_ANNOTATION;
+pub use crate::core::model::{Attempt, AttemptMark, AttemptOutcome};
+use crate::core::model::{Inventory, Kind, Method};
 
 impl Attempt {
     pub fn new(time: DateTime<Utc>, policy: &str, method: Method) -> Attempt {
@@ -70,17 +45,6 @@ impl Attempt {
     pub fn decode(text: &str) -> Result<Attempt, String> {
         serde_json::from_str(text).map_err(|e| e.to_string())
     }
-}
-
-/// What the snapshot found about a workload's last attempt.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum AttemptMark {
-    #[default]
-    None,
-    Seen(Attempt),
-    /// The mark is there but unreadable (hand-edited, or the Lease could not be read): the
-    /// planner fails closed and skips, naming the annotation.
-    Unreadable(String),
 }
 
 impl AttemptMark {
@@ -127,9 +91,30 @@ pub fn merge_bare(mut marks: BareMarks, key: String, attempt: &Attempt) -> BareM
     marks
 }
 
+impl Inventory {
+    /// Gives each bare pod its mark from the Lease (or, when the Lease could not be read, an
+    /// unreadable mark, so bare pods are skipped rather than bounced without their history).
+    pub fn with_bare_marks(mut self, marks: &Result<BareMarks, String>) -> Inventory {
+        for w in self
+            .workloads
+            .iter_mut()
+            .filter(|w| w.target.kind == Kind::Pod)
+        {
+            w.attempt = match marks {
+                Ok(m) => m
+                    .get(&bare_key(&w.target.namespace, &w.target.name))
+                    .map_or(AttemptMark::None, |a| AttemptMark::Seen(a.clone())),
+                Err(e) => AttemptMark::Unreadable(e.clone()),
+            };
+        }
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::model::Method;
 
     fn attempt() -> Attempt {
         Attempt::new(

@@ -17,8 +17,6 @@ use chrono::{
 };
 use chrono_tz::Tz;
 
-use crate::policy::Window;
-
 /// A validated schedule trigger.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Schedule {
@@ -139,6 +137,16 @@ impl std::fmt::Display for Schedule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} ({})", self.expr, self.time_zone)
     }
+}
+
+/// A weekly window in a time zone, e.g. Mon-Fri 01:00-05:00 Europe/Berlin. `to` < `from` wraps
+/// past midnight (the day is the day the window opens).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Window {
+    pub days: Vec<chrono::Weekday>,
+    pub from: chrono::NaiveTime,
+    pub to: chrono::NaiveTime,
+    pub time_zone: chrono_tz::Tz,
 }
 
 /// True when `now` falls in any window (no windows: always). Each window is read in its own zone;

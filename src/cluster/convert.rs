@@ -1,0 +1,550 @@
+//! Conversion of API objects into the core's domain structs, done once at the edge, from the
+//! slim [`wire`](super::wire) forms every answer is read as (LIST items, GET, PATCH and watch
+//! events alike): one set of rules per kind.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::wire::{self, ObjectMeta, PodTemplateSpec};
+use crate::core::literals::{
+    MIRROR_ANNOTATION, PROGRESS_DEADLINE_EXCEEDED, RESTARTED_AT, SIDECAR_RESTART_POLICY,
+};
+use crate::core::mark::AttemptMark;
+use crate::core::model::{
+    ContainerSample, Kind, Pdb, PodSample, RolloutStatus, StsRollingUpdate, UpdateStrategy,
+    Workload, WorkloadRef,
+};
+use crate::core::quantity::parse_bytes;
+use crate::core::selector::{Operator, Requirement, Selector};
+use crate::core::verify::FieldWrite;
+
+pub fn time(t: &Time) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
+        .unwrap_or_default()
+}
+
+fn map(m: &Option<BTreeMap<String, String>>) -> BTreeMap<String, String> {
+    m.clone().unwrap_or_default()
+}
+
+fn template_restarted_at(t: &PodTemplateSpec) -> Option<DateTime<Utc>> {
+    let value = t
+        .metadata
+        .as_ref()?
+        .annotations
+        .as_ref()?
+        .get(RESTARTED_AT)?;
+    DateTime::parse_from_rfc3339(value)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+fn base(
+    kind: Kind,
+    meta: ObjectMeta,
+    template: PodTemplateSpec,
+    selector: &LabelSelector,
+) -> Workload {
+    let restarted_at = template_restarted_at(&template);
+    Workload {
+        target: WorkloadRef {
+            kind,
+            namespace: meta.namespace.unwrap_or_default(),
+            name: meta.name.unwrap_or_default(),
+        },
+        labels: meta.labels.unwrap_or_default(),
+        template_labels: template.metadata.and_then(|m| m.labels).unwrap_or_default(),
+        pod_selector: self::selector(selector),
+        attempt: AttemptMark::from_annotations(
+            meta.annotations.as_ref().unwrap_or(&BTreeMap::new()),
+        ),
+        annotations: meta.annotations.unwrap_or_default(),
+        restarted_at,
+        paused: false,
+        strategy: UpdateStrategy::RollingUpdate,
+        status: RolloutStatus {
+            generation: meta.generation.unwrap_or(0),
+            ..Default::default()
+        },
+        min_ready_during_restart: 0,
+        pods: Vec::new(),
+        mirror: false,
+    }
+}
+
+/// Resolves an IntOrString against a replica count the way the Deployment controller does.
+fn resolve(v: Option<&IntOrString>, total: i32, default_percent: i32, round_up: bool) -> i32 {
+    match v {
+        Some(IntOrString::Int(n)) => *n,
+        Some(IntOrString::String(s)) => {
+            let pct: i32 = s.trim_end_matches('%').parse().unwrap_or(default_percent);
+            percent_of(total, pct, round_up)
+        }
+        None => percent_of(total, default_percent, round_up),
+    }
+}
+
+fn percent_of(total: i32, pct: i32, round_up: bool) -> i32 {
+    let scaled = total as i64 * pct as i64;
+    (if round_up {
+        (scaled + 99) / 100
+    } else {
+        scaled / 100
+    }) as i32
+}
+
+/// A Deployment, StatefulSet or DaemonSet (`kind`) as the planner sees it.
+pub fn controller(kind: Kind, c: wire::Controller) -> Workload {
+    match kind {
+        Kind::Deployment => deployment(c),
+        Kind::StatefulSet => statefulset(c),
+        Kind::DaemonSet => daemonset(c),
+        Kind::Pod => unreachable!("a bare pod is read as a Pod"),
+    }
+}
+
+fn deployment(d: wire::Controller) -> Workload {
+    let spec = d.spec.unwrap_or_default();
+    let mut w = base(Kind::Deployment, d.metadata, spec.template, &spec.selector);
+    let desired = spec.replicas.unwrap_or(1);
+    w.paused = spec.paused.unwrap_or(false);
+    let strategy = spec.strategy.unwrap_or_default();
+    let recreate = strategy.type_.as_deref() == Some("Recreate");
+    w.strategy = if recreate {
+        UpdateStrategy::Recreate
+    } else {
+        UpdateStrategy::RollingUpdate
+    };
+    w.min_ready_during_restart = if recreate {
+        0
+    } else {
+        let ru = strategy.rolling_update.unwrap_or_default();
+        let surge = resolve(ru.max_surge.as_ref(), desired, 25, true);
+        let mut unavailable = resolve(ru.max_unavailable.as_ref(), desired, 25, false);
+        if surge == 0 && unavailable == 0 {
+            unavailable = 1;
+        }
+        desired - unavailable
+    };
+    if let Some(s) = &d.status {
+        w.status.observed_generation = s.observed_generation.unwrap_or(0);
+        w.status.current = s.replicas.unwrap_or(0);
+        w.status.updated = s.updated_replicas.unwrap_or(0);
+        w.status.ready = s.ready_replicas.unwrap_or(0);
+        w.status.available = s.available_replicas.unwrap_or(0);
+        w.status.progress_deadline_exceeded = s.conditions.iter().flatten().any(|c| {
+            c.type_ == "Progressing" && c.reason.as_deref() == Some(PROGRESS_DEADLINE_EXCEEDED)
+        });
+    }
+    w.status.desired = desired;
+    w
+}
+
+fn statefulset(s: wire::Controller) -> Workload {
+    let spec = s.spec.unwrap_or_default();
+    let mut w = base(Kind::StatefulSet, s.metadata, spec.template, &spec.selector);
+    let desired = spec.replicas.unwrap_or(1);
+    let strategy = spec.update_strategy.unwrap_or_default();
+    w.strategy = if strategy.type_.as_deref() == Some("OnDelete") {
+        UpdateStrategy::OnDelete
+    } else {
+        UpdateStrategy::RollingUpdate
+    };
+    w.status.rolling_update = match strategy.rolling_update {
+        None => StsRollingUpdate::Unset,
+        Some(r) => StsRollingUpdate::Set {
+            partition: r.partition,
+        },
+    };
+    // The StatefulSet controller replaces one pod at a time.
+    w.min_ready_during_restart = desired - 1;
+    w.status.desired = desired;
+    if let Some(st) = s.status {
+        w.status.observed_generation = st.observed_generation.unwrap_or(0);
+        w.status.current = st.replicas.unwrap_or(0);
+        w.status.updated = st.updated_replicas.unwrap_or(0);
+        w.status.ready = st.ready_replicas.unwrap_or(0);
+        // availableReplicas is served from v1.22; before that readiness is the best signal.
+        w.status.available = st.available_replicas.unwrap_or(w.status.ready);
+        w.status.current_revision = st.current_revision;
+        w.status.update_revision = st.update_revision;
+    }
+    w
+}
+
+fn daemonset(d: wire::Controller) -> Workload {
+    let spec = d.spec.unwrap_or_default();
+    let mut w = base(Kind::DaemonSet, d.metadata, spec.template, &spec.selector);
+    let strategy = spec.update_strategy.unwrap_or_default();
+    w.strategy = if strategy.type_.as_deref() == Some("OnDelete") {
+        UpdateStrategy::OnDelete
+    } else {
+        UpdateStrategy::RollingUpdate
+    };
+    if let Some(st) = &d.status {
+        let desired = st.desired_number_scheduled.unwrap_or(0);
+        // DaemonSets default to maxUnavailable 1; a percentage rounds up.
+        let unavailable = match strategy.rolling_update.and_then(|r| r.max_unavailable) {
+            None => 1,
+            Some(v) => resolve(Some(&v), desired, 0, true).max(1),
+        };
+        w.min_ready_during_restart = desired - unavailable;
+        w.status.desired = desired;
+        w.status.observed_generation = st.observed_generation.unwrap_or(0);
+        w.status.current = st.current_number_scheduled.unwrap_or(0);
+        w.status.updated = st.updated_number_scheduled.unwrap_or(0);
+        w.status.ready = st.number_ready.unwrap_or(0);
+        w.status.available = st.number_available.unwrap_or(0);
+    }
+    w
+}
+
+fn memory_limit(resources: Option<&wire::ResourceRequirements>) -> Option<u64> {
+    resources
+        .and_then(|r| r.limits.as_ref())
+        .and_then(|l| l.memory.as_ref())
+        .and_then(|q| parse_bytes(&q.0).ok())
+}
+
+impl From<&wire::Pod> for PodSample {
+    fn from(p: &wire::Pod) -> PodSample {
+        let status = p.status.as_ref();
+        PodSample {
+            name: p.metadata.name.clone().unwrap_or_default(),
+            uid: p.metadata.uid.clone().unwrap_or_default(),
+            labels: map(&p.metadata.labels),
+            started: status.and_then(|s| s.start_time.as_ref()).map(time),
+            ready: status
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+            deleting: p.metadata.deletion_timestamp.is_some(),
+            containers: p
+                .spec
+                .iter()
+                .flat_map(|s| {
+                    let sidecars = s
+                        .init_containers
+                        .iter()
+                        .filter(|c| c.restart_policy.as_deref() == Some(SIDECAR_RESTART_POLICY));
+                    s.containers.iter().chain(sidecars)
+                })
+                .map(|c| ContainerSample {
+                    name: c.name.clone(),
+                    usage: None,
+                    limit: memory_limit(c.resources.as_ref()),
+                })
+                .collect(),
+            limit: p
+                .spec
+                .as_ref()
+                .and_then(|s| memory_limit(s.resources.as_ref())),
+            has_metrics: false,
+        }
+    }
+}
+
+/// A bare pod as its own workload.
+pub fn bare(p: wire::Pod) -> Workload {
+    let sample = PodSample::from(&p);
+    let meta = p.metadata;
+    let name = meta.name.unwrap_or_default();
+    Workload {
+        target: WorkloadRef {
+            kind: Kind::Pod,
+            namespace: meta.namespace.unwrap_or_default(),
+            name,
+        },
+        labels: sample.labels.clone(),
+        template_labels: sample.labels.clone(),
+        pod_selector: Selector::default(),
+        annotations: map(&meta.annotations),
+        // A bare pod's mark lives on the Lease (it must survive the pod); see Inventory.
+        attempt: AttemptMark::None,
+        restarted_at: None,
+        paused: false,
+        strategy: UpdateStrategy::RollingUpdate,
+        status: RolloutStatus {
+            desired: 1,
+            current: 1,
+            updated: 1,
+            ready: i32::from(sample.ready),
+            available: i32::from(sample.ready),
+            ..Default::default()
+        },
+        min_ready_during_restart: 0,
+        mirror: meta
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION)),
+        pods: vec![sample],
+    }
+}
+
+/// A LabelSelector as the core's matcher (a controller's pods, a PodDisruptionBudget's).
+pub fn selector(s: &LabelSelector) -> Selector {
+    Selector {
+        match_labels: map(&s.match_labels),
+        match_expressions: s
+            .match_expressions
+            .iter()
+            .flatten()
+            .map(|e| Requirement {
+                key: e.key.clone(),
+                operator: match e.operator.as_str() {
+                    "In" => Operator::In,
+                    "NotIn" => Operator::NotIn,
+                    "Exists" => Operator::Exists,
+                    _ => Operator::DoesNotExist,
+                },
+                values: e.values.clone().unwrap_or_default(),
+            })
+            .collect(),
+    }
+}
+
+impl From<wire::PodDisruptionBudget> for Pdb {
+    fn from(p: wire::PodDisruptionBudget) -> Pdb {
+        Pdb {
+            namespace: p.metadata.namespace.unwrap_or_default(),
+            name: p.metadata.name.unwrap_or_default(),
+            selector: p
+                .spec
+                .and_then(|s| s.selector)
+                .map(|s| selector(&s))
+                .unwrap_or_default(),
+            disruptions_allowed: p.status.map_or(0, |s| s.disruptions_allowed),
+        }
+    }
+}
+
+/// A managedFields entry as the revert rule reads it.
+pub fn field_write(e: wire::ManagedFieldsEntry) -> FieldWrite {
+    FieldWrite {
+        manager: e.manager.unwrap_or_default(),
+        time: e.time.as_ref().map(time),
+        template: e
+            .fields_v1
+            .as_ref()
+            .is_some_and(|f| f.pointer("/f:spec/f:template").is_some()),
+    }
+}
+
+#[cfg(test)]
+mod kubectl_rule_tests {
+    use crate::cluster::convert;
+    use crate::core::model::{Kind, Workload};
+    use crate::core::rollout::{RolloutState, state};
+
+    /// A StatefulSet as the API server serves it (defaulting always sets rollingUpdate), read by
+    /// the edge and judged by the core's rule.
+    fn served(rolling_update: serde_json::Value, status: serde_json::Value) -> Workload {
+        let mut strategy = serde_json::json!({"type": "RollingUpdate"});
+        if !rolling_update.is_null() {
+            strategy["rollingUpdate"] = rolling_update;
+        }
+        let json = serde_json::json!({
+            "metadata": {"name": "db", "namespace": "a", "generation": 2},
+            "spec": {"replicas": 3, "selector": {}, "template": {}, "updateStrategy": strategy},
+            "status": status,
+        });
+        convert::controller(Kind::StatefulSet, serde_json::from_value(json).unwrap())
+    }
+
+    /// Safety case 5: kubectl takes the partition branch whenever rollingUpdate is set (done
+    /// when updatedReplicas >= replicas - partition), and compares revisions only without it.
+    #[test]
+    fn case5_statefulset_completion_is_kubectls_rule() {
+        let st = |w: &Workload| state(Kind::StatefulSet, w.strategy, &w.status);
+        // All pods updated and ready; the controller has not yet moved currentRevision.
+        let status = serde_json::json!({"observedGeneration": 2, "replicas": 3, "readyReplicas": 3,
+            "updatedReplicas": 3, "currentRevision": "a", "updateRevision": "b"});
+        let defaulted = served(serde_json::json!({"partition": 0}), status.clone());
+        assert_eq!(st(&defaulted), RolloutState::Complete);
+        // rollingUpdate present without partition: kubectl skips the count and is done.
+        let empty = served(serde_json::json!({}), status.clone());
+        assert_eq!(st(&empty), RolloutState::Complete);
+        // Without rollingUpdate, the revisions decide.
+        let bare = served(serde_json::Value::Null, status);
+        assert!(
+            matches!(st(&bare), RolloutState::InProgress(_)),
+            "{:?}",
+            st(&bare)
+        );
+        // Revisions equal but updatedReplicas short: kubectl (partition 0) still waits.
+        let short = serde_json::json!({"observedGeneration": 2, "replicas": 3, "readyReplicas": 3,
+            "updatedReplicas": 2, "currentRevision": "b", "updateRevision": "b"});
+        let waiting = served(serde_json::json!({"partition": 0}), short.clone());
+        assert!(matches!(st(&waiting), RolloutState::InProgress(m) if m.contains("2 of 3")));
+        assert_eq!(
+            st(&served(serde_json::Value::Null, short)),
+            RolloutState::Complete
+        );
+        // Partition 1: done at 2 updated.
+        let two = serde_json::json!({"observedGeneration": 2, "replicas": 3, "readyReplicas": 3,
+            "updatedReplicas": 2, "currentRevision": "a", "updateRevision": "b"});
+        assert_eq!(
+            st(&served(serde_json::json!({"partition": 1}), two)),
+            RolloutState::Complete
+        );
+    }
+}
+
+#[cfg(test)]
+mod api_json_tests {
+    use serde_json::json;
+
+    use crate::cluster::convert;
+    use crate::cluster::wire::*;
+    use crate::core::model::{Kind, PodSample};
+
+    /// A pod as the API server sends it: managedFields, nulls, fields bouncer never reads.
+    fn pod_json() -> serde_json::Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "web-7d4b9c-x2x9z", "namespace": "shop", "uid": "u-1", "generation": null,
+                "labels": {"app": "web", "pod-template-hash": "7d4b9c"},
+                "annotations": {"kubernetes.io/config.mirror": "x"},
+                "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d4b9c", "uid": "r", "controller": true}
+                ],
+                "managedFields": [{"manager": "kubelet", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {".": {}}}}]
+            },
+            "spec": {
+                "containers": [
+                    {"name": "app", "image": "web:1", "resources": {"limits": {"memory": "256Mi", "cpu": "1"}, "requests": {"cpu": "10m"}}},
+                    {"name": "proxy", "image": "proxy:1", "resources": {}}
+                ],
+                "nodeName": null
+            },
+            "status": {
+                "phase": "Running", "startTime": "2024-05-01T10:00:00Z",
+                "conditions": [
+                    {"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2024-05-01T10:00:05Z"}
+                ],
+                "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "state": {"running": {}}}]
+            }
+        })
+    }
+
+    #[test]
+    fn pods_convert_from_api_json() {
+        let slim: Pod = serde_json::from_value(pod_json()).unwrap();
+        let sample = PodSample::from(&slim);
+        assert_eq!(sample.name, "web-7d4b9c-x2x9z");
+        assert_eq!(sample.containers[0].limit, Some(256 << 20));
+        assert_eq!(sample.containers[1].limit, None);
+        assert!(sample.ready);
+        assert_eq!(sample.started.map(|t| t.timestamp()), Some(1_714_557_600));
+        let bare = convert::bare(slim);
+        assert!(bare.mirror, "the mirror annotation is read");
+        assert_eq!(bare.pods, vec![sample]);
+    }
+
+    #[test]
+    fn controllers_convert_from_api_json() {
+        let meta = json!({"name": "web", "namespace": "shop", "generation": 4, "labels": {"app": "web"},
+                          "annotations": {"bouncer.dev/exclude": "true"}});
+        let template = json!({"metadata": {"labels": {"app": "web"}, "creationTimestamp": null,
+                              "annotations": {"kubectl.kubernetes.io/restartedAt": "2024-05-01T10:00:00Z"}},
+                              "spec": {"containers": [{"name": "app", "image": "web:1"}]}});
+        let selector = json!({"matchLabels": {"app": "web"},
+                              "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["canary"]}]});
+        let deployment = json!({
+            "metadata": meta, "spec": {"replicas": 4, "paused": true, "selector": selector, "template": template,
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "50%", "maxUnavailable": 1}}},
+            "status": {"observedGeneration": 3, "replicas": 5, "updatedReplicas": 2, "readyReplicas": 4,
+                       "availableReplicas": 4, "conditions": [{"type": "Progressing", "status": "False",
+                       "reason": "ProgressDeadlineExceeded"}]}
+        });
+        let statefulset = json!({
+            "metadata": meta, "spec": {"replicas": 3, "selector": selector, "template": template, "serviceName": "web",
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 1}}},
+            "status": {"observedGeneration": 4, "replicas": 3, "readyReplicas": 2, "currentRevision": "a",
+                       "updateRevision": "b"}
+        });
+        let daemonset = json!({
+            "metadata": meta, "spec": {"selector": selector, "template": template,
+            "updateStrategy": {"type": "OnDelete", "rollingUpdate": {"maxUnavailable": "34%"}}},
+            "status": {"desiredNumberScheduled": 3, "currentNumberScheduled": 3, "numberReady": 2,
+                       "numberMisscheduled": 0, "observedGeneration": 4}
+        });
+        let read = |kind: Kind, json: serde_json::Value| {
+            let w = convert::controller(kind, serde_json::from_value(json).unwrap());
+            (format!("{w:?}"), w)
+        };
+        let (d, deployment) = read(Kind::Deployment, deployment);
+        assert!(
+            d.contains("progress_deadline_exceeded: true") && d.contains("paused: true"),
+            "{d}"
+        );
+        assert!(
+            deployment.pod_selector.to_string() == "app=web,tier notin (canary)"
+                && d.contains("restarted_at: Some(2024-05-01T10:00:00Z)"),
+            "{d}"
+        );
+        let (s, _) = read(Kind::StatefulSet, statefulset);
+        assert!(
+            s.contains("partition: Some(1)") && s.contains("update_revision: Some(\"b\")"),
+            "{s}"
+        );
+        let (ds, _) = read(Kind::DaemonSet, daemonset);
+        assert!(
+            ds.contains("OnDelete") && ds.contains("min_ready_during_restart: 1"),
+            "{ds}"
+        );
+    }
+
+    /// An answer that does not read as its slim form is an error naming the object, never a
+    /// panic, and never retried.
+    #[test]
+    fn an_answer_that_does_not_decode_is_an_error_naming_the_object() {
+        let e = decode::<Controller>("{\"spec\": 3}", "Deployment", "shop", "web").unwrap_err();
+        let kube_error = kube::Error::from(e);
+        assert!(
+            !crate::cluster::retry::transient(&kube_error),
+            "not retried"
+        );
+        let text = kube_error.to_string();
+        assert!(
+            text.contains("failed to read Deployment shop/web from the API server's answer"),
+            "{text}"
+        );
+        // The happy path: a served object reads.
+        let json = serde_json::to_string(&pod_json()).unwrap();
+        assert!(decode::<Pod>(&json, "Pod", "shop", "web").is_ok());
+    }
+
+    #[test]
+    fn metrics_and_pdbs_read_from_api_json() {
+        let metrics: PodMetrics = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "n"}, "timestamp": "2024-05-01T10:00:00Z", "window": "30s",
+            "containers": [{"name": "app", "usage": {"cpu": "1m", "memory": "1024Ki"}}, {"name": "x", "usage": {}}]
+        }))
+        .unwrap();
+        assert_eq!(
+            metrics.containers[0]
+                .usage
+                .memory
+                .as_ref()
+                .map(|q| q.0.as_str()),
+            Some("1024Ki")
+        );
+        assert!(metrics.containers[1].usage.memory.is_none());
+        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+            "status": {"disruptionsAllowed": 1, "currentHealthy": 3}
+        }))
+        .unwrap();
+        let pdb = crate::core::model::Pdb::from(pdb);
+        assert_eq!((pdb.name.as_str(), pdb.disruptions_allowed), ("web", 1));
+        assert_eq!(
+            pdb.selector.match_labels.get("app").map(String::as_str),
+            Some("web")
+        );
+    }
+}

@@ -1,0 +1,63 @@
+//! The cluster edge: everything that talks to the Kubernetes API server. It reads answers in
+//! slim wire forms, converts them once into the core's types, and writes only what the shell asks
+//! for: the restart patch, evictions, the Lease, Events.
+
+pub mod convert;
+pub mod error;
+pub mod events;
+pub mod evict;
+pub mod kinds;
+pub mod list;
+pub mod lock;
+pub mod restart;
+pub mod retry;
+pub mod revert;
+pub mod snapshot;
+pub mod watch;
+pub mod wire;
+
+use kube::Client;
+
+use error::ClusterError;
+
+/// Names bouncer in the API server's audit log, so its requests can be counted.
+pub const USER_AGENT: &str = concat!("bouncer/", env!("CARGO_PKG_VERSION"));
+
+/// The clients of one run.
+pub struct Clients {
+    /// For everything but metrics.
+    pub api: Client,
+    /// For metrics.k8s.io, without kube's retries: metrics are optional, and kube retries a 503
+    /// (metrics-server down) for minutes before it answers.
+    pub metrics: Client,
+    /// The kubeconfig's (or the pod's) namespace.
+    pub namespace: String,
+}
+
+/// Connects from the kubeconfig `context` (None: the in-cluster config, else the current one).
+pub async fn connect(context: Option<&str>) -> Result<Clients, ClusterError> {
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..Default::default()
+    };
+    let mut config = match context {
+        Some(_) => kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| ClusterError::Config(e.to_string()))?,
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| ClusterError::Config(e.to_string()))?,
+    };
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(USER_AGENT),
+    ));
+    let namespace = config.default_namespace.clone();
+    let mut once = config.clone();
+    once.default_retry = false;
+    Ok(Clients {
+        api: Client::try_from(config).map_err(ClusterError::Connect)?,
+        metrics: Client::try_from(once).map_err(ClusterError::Connect)?,
+        namespace,
+    })
+}

@@ -1,0 +1,306 @@
+//! Slim wire types: only the fields bouncer reads, deserialized straight from the API server's
+//! JSON. Field names and shapes mirror k8s-openapi's, so conversions read the same; everything
+//! else (managedFields, full specs, container statuses) is skipped without being allocated.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
+
+/// `null` reads as the default, like a missing field (Go encodes nil slices as null).
+fn nullable<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// A response that does not read as its slim form. Cannot happen for objects the API server
+/// serves (the slim forms are subsets), but it is an error, not a panic: the caller fails closed
+/// (skips the workload, or fails the bounce) and the message names the object.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to read {kind} {namespace}/{name} from the API server's answer: {source}")]
+pub struct DecodeError {
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    #[source]
+    pub source: serde_json::Error,
+}
+
+/// For the call sites that speak `kube::Error` (retries, fresh reads): a deserialization error
+/// that keeps the message naming the object, and is never retried.
+impl From<DecodeError> for kube::Error {
+    fn from(e: DecodeError) -> kube::Error {
+        kube::Error::SerdeError(<serde_json::Error as serde::de::Error>::custom(e))
+    }
+}
+
+/// Reads one object's JSON (a GET, PATCH or watch answer) as its slim form `W`.
+pub fn decode<W: DeserializeOwned>(
+    json: &str,
+    kind: &'static str,
+    namespace: &str,
+    name: &str,
+) -> Result<W, DecodeError> {
+    serde_json::from_str(json).map_err(|source| DecodeError {
+        kind,
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        source,
+    })
+}
+
+/// Objects whose metadata a watch reads its resourceVersion from.
+pub trait Object {
+    fn meta(&self) -> &ObjectMeta;
+}
+
+macro_rules! objects {
+    ($($t:ty),*) => {$(impl Object for $t { fn meta(&self) -> &ObjectMeta { &self.metadata } })*};
+}
+objects!(
+    Pod,
+    Controller,
+    ReplicaSet,
+    Namespace,
+    PodMetrics,
+    PodDisruptionBudget
+);
+
+/// The metadata of a LIST page (its items are read one by one, see [`super::list`]).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListMeta {
+    #[serde(rename = "continue")]
+    pub continue_: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub uid: Option<String>,
+    pub generation: Option<i64>,
+    pub labels: Option<BTreeMap<String, String>>,
+    pub annotations: Option<BTreeMap<String, String>>,
+    pub owner_references: Option<Vec<OwnerReference>>,
+    pub deletion_timestamp: Option<Time>,
+    pub resource_version: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct OwnerReference {
+    #[serde(default, deserialize_with = "nullable")]
+    pub kind: String,
+    #[serde(default, deserialize_with = "nullable")]
+    pub name: String,
+    pub controller: Option<bool>,
+}
+
+/// Metadata of a pod template: its labels and annotations.
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct PodTemplateSpec {
+    pub metadata: Option<ObjectMeta>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct Pod {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    pub spec: Option<PodSpec>,
+    pub status: Option<PodStatus>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSpec {
+    #[serde(default, deserialize_with = "nullable")]
+    pub containers: Vec<Container>,
+    /// Native sidecars among them (`restartPolicy: Always`) run beside the containers.
+    #[serde(default, deserialize_with = "nullable")]
+    pub init_containers: Vec<Container>,
+    /// Pod-level resources (PodLevelResources, beta from v1.34): a limit for the whole pod.
+    pub resources: Option<ResourceRequirements>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Container {
+    #[serde(default, deserialize_with = "nullable")]
+    pub name: String,
+    pub resources: Option<ResourceRequirements>,
+    pub restart_policy: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct ResourceRequirements {
+    pub limits: Option<Resources>,
+}
+
+/// A resource list (limits, usage); only memory matters.
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct Resources {
+    pub memory: Option<Quantity>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStatus {
+    pub phase: Option<String>,
+    pub start_time: Option<Time>,
+    pub conditions: Option<Vec<Condition>>,
+}
+
+/// A status condition (pods, Deployments).
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct Condition {
+    #[serde(rename = "type", default, deserialize_with = "nullable")]
+    pub type_: String,
+    #[serde(default, deserialize_with = "nullable")]
+    pub status: String,
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct ReplicaSet {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+}
+
+/// A Deployment, StatefulSet or DaemonSet: the union of the fields bouncer reads of the three,
+/// so that one type (and one conversion, `convert::controller`) serves every kind and every
+/// kind of answer (LIST items, GET, PATCH, watch events).
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct Controller {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    pub spec: Option<ControllerSpec>,
+    pub status: Option<ControllerStatus>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerSpec {
+    /// Deployment and StatefulSet.
+    pub replicas: Option<i32>,
+    /// Deployment.
+    pub paused: Option<bool>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub selector: LabelSelector,
+    /// Deployment.
+    pub strategy: Option<Strategy>,
+    /// StatefulSet and DaemonSet.
+    pub update_strategy: Option<Strategy>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub template: PodTemplateSpec,
+}
+
+/// Deployment `strategy`, StatefulSet and DaemonSet `updateStrategy`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Strategy {
+    #[serde(rename = "type")]
+    pub type_: Option<String>,
+    pub rolling_update: Option<RollingUpdate>,
+}
+
+/// The union of the three kinds' rolling-update parameters.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RollingUpdate {
+    pub max_surge: Option<IntOrString>,
+    pub max_unavailable: Option<IntOrString>,
+    pub partition: Option<i32>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerStatus {
+    pub observed_generation: Option<i64>,
+    /// Deployment and StatefulSet.
+    pub replicas: Option<i32>,
+    pub updated_replicas: Option<i32>,
+    pub ready_replicas: Option<i32>,
+    pub available_replicas: Option<i32>,
+    /// Deployment.
+    pub conditions: Option<Vec<Condition>>,
+    /// StatefulSet.
+    pub current_revision: Option<String>,
+    pub update_revision: Option<String>,
+    /// DaemonSet.
+    pub desired_number_scheduled: Option<i32>,
+    pub current_number_scheduled: Option<i32>,
+    pub updated_number_scheduled: Option<i32>,
+    pub number_ready: Option<i32>,
+    pub number_available: Option<i32>,
+}
+
+/// Only the managedFields of an object: who owns which fields, and when each last wrote.
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct Managed {
+    #[serde(default)]
+    pub metadata: ManagedMeta,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedMeta {
+    #[serde(default, deserialize_with = "nullable")]
+    pub managed_fields: Vec<ManagedFieldsEntry>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedFieldsEntry {
+    pub manager: Option<String>,
+    pub time: Option<Time>,
+    #[serde(rename = "fieldsV1")]
+    pub fields_v1: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct Namespace {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+}
+
+/// metrics.k8s.io/v1beta1 PodMetrics.
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct PodMetrics {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default, deserialize_with = "nullable")]
+    pub containers: Vec<ContainerMetrics>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct ContainerMetrics {
+    #[serde(default, deserialize_with = "nullable")]
+    pub name: String,
+    #[serde(default, deserialize_with = "nullable")]
+    pub usage: Resources,
+}
+
+/// policy/v1 PodDisruptionBudget.
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct PodDisruptionBudget {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    pub spec: Option<PdbSpec>,
+    pub status: Option<PdbStatus>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct PdbSpec {
+    pub selector: Option<LabelSelector>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PdbStatus {
+    #[serde(default, deserialize_with = "nullable")]
+    pub disruptions_allowed: i32,
+}

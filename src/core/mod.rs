@@ -1,0 +1,17 @@
+//! The pure core: everything bouncer decides, from plain data. No Kubernetes client or API
+//! types, no async runtime, no clock, no environment: the cluster edge converts API objects into
+//! these types, and `now` is an argument. `tests/layout.rs` keeps it that way.
+
+pub mod literals;
+pub mod mark;
+pub mod memory;
+pub mod model;
+pub mod outcome;
+pub mod plan;
+pub mod policy;
+pub mod quantity;
+pub mod reasons;
+pub mod rollout;
+pub mod schedule;
+pub mod selector;
+pub mod verify;
