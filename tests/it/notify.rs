@@ -334,7 +334,7 @@ async fn the_charts_alerts_fire_after_a_failed_run_and_resolve_after_a_good_one(
     let client = client().await;
     let ns = TestNs::new(&client, "notifyalert").await;
     let n = ns.name();
-    const THRESHOLD: u64 = 20;
+    const THRESHOLD: u64 = 12;
     let rules = std::fs::read_to_string(
         bouncer_testkit::repo_root().join("helm/bouncer/files/prometheus-rules.yaml"),
     )
@@ -350,19 +350,23 @@ async fn the_charts_alerts_fire_after_a_failed_run_and_resolve_after_a_good_one(
     let chat = Receiver::start(Answer::Status(500)).await;
 
     // A bounce that cannot complete: its surge pod never schedules, the 5 s timeout fails it.
-    create(
-        &client,
-        n,
-        &stuck_on_restart(&client, "stuck", &[("app", "stuck")]).await,
-    )
-    .await
-    .unwrap();
+    // Memory triggers it, as soon as metrics-server has measured its pods.
+    let stuck = stuck_on_restart(&client, "stuck", &[("app", "stuck")])
+        .await
+        .with_memory("300Mi", "0");
+    create(&client, n, &stuck).await.unwrap();
     wait_rollout_complete(&client, Kind::Deployment, n, "stuck", READY)
         .await
         .unwrap();
-    let extra = "  triggers:\n    schedule: {cron: \"* * * * *\"}\n  cooldown: 1s\n  restart: {timeout: 5s}\n";
+    for pod in pods(&client, n, "app=stuck").await {
+        let name = pod.metadata.name.unwrap();
+        wait_pod_memory(&client, n, &name, READY, |m| m.is_some())
+            .await
+            .expect("metrics-server reports the pod");
+    }
+    let extra =
+        "  triggers:\n    memory: {above: 128Mi}\n  cooldown: 1s\n  restart: {timeout: 5s}\n";
     let policies = Policies::new(&[("stuck.yaml", &policy("stuck", n, "{app: stuck}", extra))]);
-    crate::harness::next_minute(Duration::from_secs(1)).await;
     let cluster = format!("dev-{n}");
     let env = [
         ("BOUNCER_CLUSTER_NAME", cluster.as_str()),
