@@ -154,7 +154,8 @@ where
 
 #[derive(Debug, thiserror::Error)]
 pub enum WaitError {
-    #[error("rollout of {target} did not complete within {}: {last}", humantime::format_duration(*timeout))]
+    // Whole seconds: the budget left for the wait is never round, and the message is read by people.
+    #[error("rollout of {target} did not complete within {}: {last}", humantime::format_duration(std::time::Duration::from_secs(timeout.as_secs())))]
     Timeout {
         target: WorkloadRef,
         timeout: Duration,
