@@ -204,8 +204,10 @@ async fn pod_metrics_leak_and_drop_after_restart() {
         .iter()
         .map(|(_, b)| b)
         .sum();
+    // The drop is the two pods' age gap at 1Mi/s: at least the 9 s between the two samples taken
+    // before the restart (more on a slow machine, so no fixed larger margin).
     assert!(
-        fresh.bytes + 30 * MI < old_then,
+        fresh.bytes + 9 * MI <= old_then,
         "no drop after restart: old pod's model {old_then}, new {fresh:?}"
     );
 }
