@@ -602,6 +602,23 @@ def targets(sizes, bounce):
     return out
 
 
+def write_figures(path, sizes, bounce, mlr_status):
+    """The figures, for the plot; merged into those already in `path` (a size measured now
+    replaces the same size measured before; the bounce round is kept until one is measured)."""
+    if not path:
+        return
+    old = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f)
+    mine = {s["pods"] for s in sizes}
+    merged = sorted([s for s in old.get("sizes", []) if s["pods"] not in mine] + sizes, key=lambda s: s["pods"])
+    with open(path, "w") as f:
+        json.dump({"sizes": merged, "bounce": bounce or old.get("bounce"), "labels": LABELS, "mlr": mlr_status,
+                   "binary_bytes": os.path.getsize(os.environ["BENCH_BOUNCER"])}, f, indent=1, default=str)
+        f.write("\n")
+
+
 def rounds_at(size, runs, warmup):
     """The big sizes are expensive (the DIY script alone takes minutes and GiBs at 50,000 pods):
     fewer measured rounds there."""
@@ -662,6 +679,7 @@ def main():
             failed.append(f"{size} pods: requests depend on the number of policies")
         extra["requests_ok"] = not problems and many == requests["bouncer"][0]
         sizes.append(summary(results, counts, requests, extra))
+        write_figures(args.figures, sizes, None, mlr_status)
     if len(sizes) > 1:
         print_scaling(sizes)
     bounce_failed, bounce = print_bounce_round(bench)
@@ -671,11 +689,7 @@ def main():
     print("\n### targets\n")
     for what, figure, holds in targets(sizes, bounce):
         print(f"  {'HOLDS ' if holds else 'MISSED'}  {what}: {figure}")
-    if args.figures:
-        with open(args.figures, "w") as f:
-            json.dump({"sizes": sizes, "bounce": bounce, "labels": LABELS, "mlr": mlr_status,
-                       "binary_bytes": size}, f, indent=1, default=str)
-            f.write("\n")
+    write_figures(args.figures, sizes, bounce, mlr_status)
     if failed:
         print("\nFAILED checks:\n  " + "\n  ".join(failed))
         sys.exit(1)
