@@ -8,7 +8,8 @@ Every namespace `bench-NNN` holds the same 100 pods in 20 workloads:
 plus one PodDisruptionBudget. `--pods N` loads ceil(N/100) namespaces; the loader is idempotent
 (existing objects are kept), so a bigger N only adds namespaces.
 
-Pods are bound to the benchmark cluster's KWOK node by their template (`nodeName`), so KWOK runs
+Pods are bound to the benchmark cluster's KWOK nodes by their template (`nodeName`, 5,000 pods
+per node: namespaces bench-000..049 on kwok-node-1, 050..099 on kwok-node-2...), so KWOK runs
 them (Running and Ready, with IPs) and serves their kubelet resource metrics, which the real
 metrics-server scrapes. Each workload's memory is set by the test memory-model annotation on its
 pod template (tests/cluster/kwok.yaml): about 1 workload in 10 uses more than 85% of its limit.
@@ -36,6 +37,9 @@ BARE = 2
 LIMIT_MI = 256
 SIDECAR_LIMIT_MI = 64
 NODE = os.environ.get("BENCH_NODE", "kwok-node-1")
+# Pods per KWOK node: one node's resource-metrics endpoint with 20,000 pods takes longer than
+# metrics-server's scrape timeout, so namespace i goes to node kwok-node-(1 + i // 50).
+PODS_PER_NODE = 5000
 MEMORY_BASE = "bouncer.dev/test-memory-base"
 
 SERVER = urllib.parse.urlparse(os.environ["BENCH_SERVER"])
@@ -128,11 +132,15 @@ def container(name, limit_mi, port):
     }
 
 
-def pod_spec(sidecar):
+def node_of(ns):
+    return f"kwok-node-{1 + int(ns.rsplit('-', 1)[1]) * PODS_PER_NS // PODS_PER_NODE}"
+
+
+def pod_spec(sidecar, node=NODE):
     containers = [container("app", LIMIT_MI, 8080)]
     if sidecar:
         containers.append(container("proxy", SIDECAR_LIMIT_MI, 9090))
-    return {"nodeName": NODE, "containers": containers, "terminationGracePeriodSeconds": 5}
+    return {"nodeName": node, "containers": containers, "terminationGracePeriodSeconds": 5}
 
 
 def template(app, tier, ns, sidecar=False):
@@ -140,7 +148,7 @@ def template(app, tier, ns, sidecar=False):
     memory = f"{usage_mi(ns + '/' + app, LIMIT_MI)}Mi"
     return {"metadata": {"labels": labels(app, tier),
                          "annotations": {"bench/owner": "team-" + app[-2:], MEMORY_BASE: memory}},
-            "spec": pod_spec(sidecar)}
+            "spec": pod_spec(sidecar, node_of(ns))}
 
 
 def namespace_objects(ns):
@@ -163,7 +171,7 @@ def namespace_objects(ns):
     for b in range(BARE):
         app = f"job-{b:02d}"
         out.append((f"/api/v1/namespaces/{ns}/pods", {
-            "metadata": {"name": app, **template(app, "batch", ns)["metadata"]}, "spec": pod_spec(False),
+            "metadata": {"name": app, **template(app, "batch", ns)["metadata"]}, "spec": pod_spec(False, node_of(ns)),
         }))
     out.append((f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", {
         "metadata": {"name": "web-00"},

@@ -1,17 +1,30 @@
 #!/usr/bin/env python3
-"""Runs the `scripts/bench` contenders against a loaded cluster and prints the tables.
+"""Runs the `scripts/bench` contenders against a loaded cluster, prints the tables and checks the
+targets.
 
 Contenders, run in alternation (a warm-up round first, then medians):
-  bouncer   `bouncer plan` with one percentOfLimit: 85 memory policy over every bench pod
-  floor     the raw LISTs the plan needs with curl: one request per kind, sequential
-  diy       `kubectl get pods -A -o json` + `kubectl get --raw` PodMetrics + jq, same decision
+  bouncer      `bouncer plan` with one percentOfLimit: 85 memory policy over every bench pod
+  pods         the pods LIST alone, one unpaged request with curl: the floor of the slowest kind
+  pods-paged   the pods LIST by pages of 500 (as bouncer reads it), one connection, nothing parsed
+  floor-par    the raw LISTs the plan needs, all at once (curl --parallel): the concurrent floor
+  floor-seq    the same LISTs one after the other (curl): the sequential floor
+  diy          `kubectl get pods -A -o json` + `kubectl get --raw` PodMetrics + jq, same decision
+  descheduler  the descheduler (sigs.k8s.io/descheduler), one dry-run cycle of PodLifeTime over
+               the bench pods (only when BENCH_DESCHEDULER names its binary)
 
 Wall time is measured around the process; peak RSS is /usr/bin/time -v's maximum resident set
-size (for the DIY pipeline: its largest process). bouncer's requests are counted from the API
-server's audit log (user agent `bouncer/`).
+size (for the DIY pipeline: its largest process). Requests are counted from the API server's audit
+log by user agent (`bouncer/`, `kubectl/`, `descheduler/`).
+
+Correctness checks fail the run (exit 1): bouncer's decisions equal to the DIY script's, its
+requests one LIST per kind per page (nothing per workload, nothing per policy), the descheduler's
+dry-run decisions covering every bench pod it may evict, one patch and one watch per bounce. The
+targets (plan wall against the pods LIST, peak RSS, bounce overhead) are printed as holding or
+missed; a miss does not change the exit code.
 
 Environment: BENCH_SERVER, BENCH_CA, BENCH_TOKEN, KUBECONFIG, BENCH_KUBECTL, BENCH_BOUNCER,
-BENCH_AUDIT_LOG.
+BENCH_AUDIT_LOG; optional BENCH_DESCHEDULER (binary), BENCH_MLR_STATUS (why memory-leak-reloader
+is not measured).
 """
 
 import argparse
@@ -25,10 +38,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAGE = 500
+MIB = 1024  # KiB per MiB
 
 # What `bouncer plan` reads, one URL per kind.
 KINDS = [
@@ -41,6 +56,23 @@ KINDS = [
     ("namespaces", "/api/v1/namespaces"),
     ("pods.metrics.k8s.io", "/apis/metrics.k8s.io/v1beta1/pods"),
 ]
+
+# Contender names, their column headings, in the order they run in each round.
+LABELS = {
+    "bouncer": "bouncer plan",
+    "pods": "pods LIST alone",
+    "pods-paged": "pods LIST by 500",
+    "floor-par": "raw LISTs, concurrent",
+    "floor-seq": "raw LISTs, sequential",
+    "diy": "kubectl + jq (DIY)",
+    "descheduler": "descheduler (dry-run)",
+}
+AGENTS = {"bouncer": "bouncer/", "diy": "kubectl/", "descheduler": "descheduler/"}
+
+# The targets (issue-style: ratios in one run; absolute figures only as context).
+PLAN_VS_PODS_LIST = 1.2
+RSS_TARGETS_MIB = {5000: 25, 50000: 60}
+BOUNCE_OVERHEAD_S = 0.5
 
 POLICY = """\
 apiVersion: bouncer.dev/v1alpha1
@@ -62,6 +94,27 @@ spec:
   allowDowntime: true
 """
 
+# The descheduler's nearest equivalent: it has no per-pod memory trigger (its utilization
+# plugins balance nodes), so it runs PodLifeTime, the "restart what has run too long" strategy,
+# over the same pods: one dry-run cycle, every bench pod older than a minute is a decision.
+DESCHEDULER_POLICY = """\
+apiVersion: descheduler/v1alpha2
+kind: DeschedulerPolicy
+profiles:
+- name: bench
+  pluginConfig:
+  - name: DefaultEvictor
+    args: {}
+  - name: PodLifeTime
+    args:
+      maxPodLifeTimeSeconds: 60
+      labelSelector:
+        matchLabels:
+          bench: "true"
+  plugins:
+    deschedule:
+      enabled: [PodLifeTime]
+"""
 
 BOUNCE_POLICY = """\
 apiVersion: bouncer.dev/v1alpha1
@@ -90,15 +143,19 @@ def log(msg):
     print(f"bench: {msg}", file=sys.stderr, flush=True)
 
 
-def timed(cmd, stdout=subprocess.DEVNULL, env=None):
-    """(wall seconds, peak RSS KiB, CPU seconds) of one command under /usr/bin/time -v."""
+def timed(cmd, stdout=subprocess.DEVNULL, env=None, stderr=None):
+    """(wall seconds, peak RSS KiB, CPU seconds) of one command under /usr/bin/time -v. `stderr`:
+    a file to write the command's stderr to (default: kept for the error message)."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
+        err = open(stderr, "w") if stderr else subprocess.PIPE
         t0 = time.perf_counter()
-        r = subprocess.run(["/usr/bin/time", "-v", "-o", tf.name, *cmd], stdout=stdout, stderr=subprocess.PIPE,
-                           env=env)
+        r = subprocess.run(["/usr/bin/time", "-v", "-o", tf.name, *cmd], stdout=stdout, stderr=err, env=env)
         wall = time.perf_counter() - t0
+        if stderr:
+            err.close()
         if r.returncode != 0:
-            raise RuntimeError(f"{cmd[0]} failed (exit {r.returncode}): {r.stderr.decode(errors='replace')[-2000:]}")
+            text = open(stderr, errors="replace").read() if stderr else r.stderr.decode(errors="replace")
+            raise RuntimeError(f"{cmd[0]} failed (exit {r.returncode}): {text[-2000:]}")
         out = tf.read()
         rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", out).group(1))
         cpu = sum(float(x) for x in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", out))
@@ -111,22 +168,97 @@ class Bench:
         self.work = work
         self.bouncer = os.environ["BENCH_BOUNCER"]
         self.audit = os.environ["BENCH_AUDIT_LOG"]
+        self.descheduler = os.environ.get("BENCH_DESCHEDULER") or None
         os.makedirs(os.path.join(work, "policies"), exist_ok=True)
         with open(os.path.join(work, "policies", "bench.yaml"), "w") as f:
             f.write(POLICY)
         self.report = os.path.join(work, "report.json")
-        curl = ["curl", "-sS", "--fail", "--cacert", os.environ["BENCH_CA"], "-H", "Accept: application/json",
-                "-H", "Authorization: Bearer " + os.environ["BENCH_TOKEN"], "-A", "bouncer-bench-floor"]
+        self.curl = ["curl", "-sS", "--fail", "--cacert", os.environ["BENCH_CA"], "-H", "Accept: application/json",
+                     "-H", "Authorization: Bearer " + os.environ["BENCH_TOKEN"], "-A", "bouncer-bench-floor"]
+        urls = []
         for _, path in KINDS:
-            curl += ["-o", os.path.join(work, "floor.json"), os.environ["BENCH_SERVER"] + path]
+            urls += ["-o", "/dev/null", os.environ["BENCH_SERVER"] + path]
+        pods = ["-o", "/dev/null", os.environ["BENCH_SERVER"] + "/api/v1/pods"]
         diy = os.path.join(HERE, "diy.sh")
         env = dict(os.environ, BOUNCER_POLICIES=os.path.join(work, "policies"), BOUNCER_MAX_BOUNCES="100000",
                    BOUNCER_LOG="warn")
         self.contenders = {
             "bouncer": lambda: timed([self.bouncer, "plan", "--output", "json", "--report", self.report], env=env),
-            "floor": lambda: timed(curl),
+            "pods": lambda: timed(self.curl + pods),
+            "pods-paged": self.paged,
+            "floor-par": lambda: timed(self.curl + ["--parallel", "--parallel-immediate", "--parallel-max",
+                                                    str(len(KINDS))] + urls),
+            "floor-seq": lambda: timed(self.curl + urls),
             "diy": lambda: timed([diy], stdout=open(os.path.join(work, "diy.out"), "w")),
         }
+        if self.descheduler:
+            policy = os.path.join(work, "descheduler-policy.yaml")
+            with open(policy, "w") as f:
+                f.write(DESCHEDULER_POLICY)
+            self.descheduler_log = os.path.join(work, "descheduler.log")
+            # No leader election, no serving port, no metrics; -v=1 logs each dry-run decision and
+            # each cycle's total. A cycle every second: in dry-run, v0.36.0's first cycle runs
+            # before its sandbox (the fake client its dry run evicts from) has received every pod
+            # from the real informers, so a one-shot run decides on part of the pods only; the
+            # time that counts is to the first cycle that decides on every pod.
+            self.descheduler_cmd = [
+                self.descheduler, "--kubeconfig", os.environ["KUBECONFIG"], "--policy-config-file", policy,
+                "--dry-run", "--leader-elect=false", "--secure-port=0", "--disable-metrics", "--v=1",
+                "--descheduling-interval", "1s"]
+            self.descheduler_want = None  # set per size: the pods it may evict
+            self.descheduler_cycles = []  # per round: [(seconds, pods decided)] up to the complete one
+            self.contenders["descheduler"] = self.run_descheduler
+
+    def paged(self):
+        """The pods LIST by 500: its own timing (from the connection to the last page), the
+        process's RSS and CPU."""
+        out = os.path.join(self.work, "paged.out")
+        with open(out, "w") as f:
+            _, rss, cpu = timed([sys.executable, os.path.join(HERE, "paged.py"), "/api/v1/pods"], stdout=f)
+        with open(out) as f:
+            return float(f.read().split()[1]), rss, cpu
+
+    def run_descheduler(self):
+        """(seconds to the first dry-run cycle that decided on every pod it may evict, peak RSS
+        KiB, CPU seconds): the descheduler runs its cycles until one is complete (or a deadline)
+        and is then stopped with SIGTERM."""
+        want = self.descheduler_want
+        deadline = 120 + want / 100
+        with tempfile.NamedTemporaryFile("r", suffix=".time") as tf, open(self.descheduler_log, "w") as logf:
+            t0 = time.perf_counter()
+            p = subprocess.Popen(["/usr/bin/time", "-v", "-o", tf.name, *self.descheduler_cmd],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
+
+            def stop():
+                # /usr/bin/time reports once its child has exited: signal the child, not time.
+                try:
+                    with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
+                        for pid in f.read().split():
+                            os.kill(int(pid), 15)
+                except (OSError, ValueError):
+                    pass
+
+            timer = threading.Timer(deadline, stop)
+            timer.start()
+            cycles, done = [], None
+            for line in p.stderr:
+                logf.write(line)
+                if done is None and "Number of evictions/requests" in line:
+                    m = re.search(r"totalEvicted=(\d+)", line)
+                    cycles.append((time.perf_counter() - t0, int(m.group(1)) if m else -1))
+                    if cycles[-1][1] >= want:
+                        done = cycles[-1][0]
+                        stop()
+            p.wait()
+            timer.cancel()
+            self.descheduler_cycles.append(cycles)
+            if done is None:
+                raise RuntimeError(f"descheduler: no dry-run cycle decided on all {want} pods within {deadline:.0f} s "
+                                   f"(cycles: {cycles}; log {self.descheduler_log})")
+            out = tf.read()
+            rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", out).group(1))
+            cpu = sum(float(x) for x in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", out))
+            return done, rss, cpu
 
     def audit_size(self):
         return os.path.getsize(self.audit)
@@ -139,33 +271,37 @@ class Bench:
         needles = [f'"{a}'.encode() for a in agents]
         for e in self.audit_events(start, end, needles, lambda e: agent_of(e) is not None):
             ref = e.get("objectRef", {})
-            res = ref.get("resource", e.get("requestURI", "?"))
+            res = ref.get("resource", e.get("requestURI", "?").split("?")[0])
             if ref.get("apiGroup") == "metrics.k8s.io":
                 res += ".metrics.k8s.io"
             counts[agent_of(e)][(e["verb"], res)] += 1
         return counts
 
     def object_counts(self):
-        """Objects per kind as the API server lists them (for the expected page counts)."""
+        """Objects per kind as the API server lists them (for the expected page counts), and the
+        bench pods the descheduler may evict (those a controller owns)."""
         out = {}
+        meta = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
         for kind, path in KINDS:
-            r = subprocess.run(["curl", "-sS", "--fail", "--cacert", os.environ["BENCH_CA"],
-                                "-H", "Authorization: Bearer " + os.environ["BENCH_TOKEN"],
-                                "-A", "bouncer-bench-floor", os.environ["BENCH_SERVER"] + path],
+            r = subprocess.run(self.curl + ["-H", "Accept: " + meta, os.environ["BENCH_SERVER"] + path],
                                capture_output=True, check=True)
-            out[kind] = len(json.loads(r.stdout)["items"])
+            items = json.loads(r.stdout)["items"]
+            out[kind] = len(items)
+            if kind == "pods":
+                out["owned-bench-pods"] = sum(
+                    1 for p in items if (p["metadata"].get("labels") or {}).get("bench") == "true"
+                    and any(o.get("controller") for o in p["metadata"].get("ownerReferences") or []))
         return out
 
     def run(self, runs, warmup):
-        """Alternating runs; returns {contender: [(wall, rss_kib)]}, bouncer's requests per round and the
-        DIY script's (kubectl's) requests per round."""
+        """Alternating runs; returns {contender: [(wall, rss_kib, cpu)]} and, per round, each
+        contender's requests {contender: [Counter]} (those with a user agent of their own)."""
         results = {name: [] for name in self.contenders}
         walls = {}
         offsets = []
         for i in range(warmup + runs):
+            offsets.append(self.audit_size())
             for name, fn in self.contenders.items():
-                if name == "bouncer":
-                    offsets.append(self.audit_size())
                 m = fn()
                 walls[name] = m[0]
                 if i >= warmup:
@@ -174,8 +310,10 @@ class Bench:
                 ", ".join(f"{n} {w:.2f} s" for n, w in walls.items()))
         time.sleep(1.5)  # the audit backend writes ResponseComplete after the response
         offsets.append(self.audit_size())
-        rounds = [self.audit_requests(a, b, ("bouncer/", "kubectl/")) for a, b in zip(offsets, offsets[1:])]
-        return results, [r[0] for r in rounds], [r[1] for r in rounds]
+        names = [n for n in AGENTS if n in self.contenders]
+        rounds = [self.audit_requests(a, b, tuple(AGENTS[n] for n in names))
+                  for a, b in list(zip(offsets, offsets[1:]))[warmup:]]
+        return results, {n: [r[i] for r in rounds] for i, n in enumerate(names)}
 
     def many_policies(self, n=25):
         """bouncer's requests with n policies (one per app, memory and schedule triggers) instead of one."""
@@ -196,11 +334,16 @@ class Bench:
         return self.audit_requests(start, self.audit_size())[0]
 
     def bounce_round(self):
-        """One `bouncer run` that restarts the three Deployments of bounce.py. Returns the report
-        rows, bouncer's requests in that namespace per (verb, resource), and for each bounce after
-        the first the gap between the previous rollout's completion and the next patch, as the API
-        server saw it: the deployment controller's last status write before bouncer's next patch
-        (audit log timestamps, microseconds; the report's are whole seconds)."""
+        """One `bouncer run` that restarts the three Deployments of bounce.py, back to back.
+        Returns the report rows, bouncer's requests in that namespace per (verb, resource), the
+        timeline of each bounce from the audit log, the run's wall time and peak RSS.
+
+        Per bounce: the patch (bouncer's), the rollout's completion (the deployment controller's
+        last status write for that Deployment before the next patch, or before bouncer's last
+        request for the last one), and bouncer's first request about that Deployment (its fresh
+        read before acting) and its last (verification, Event). The overhead of a bounce is its
+        span (first request to last) less its rollout (patch to completion): what bouncer adds
+        beyond the rollout itself, from the audit log's microsecond timestamps."""
         r = subprocess.run([sys.executable, os.path.join(HERE, "bounce.py")], stdout=subprocess.PIPE, check=True)
         ns = json.loads(r.stdout)["namespace"]
         d = os.path.join(self.work, "bounce-policies")
@@ -219,22 +362,36 @@ class Bench:
             rows = sorted(json.load(f)["rows"], key=lambda row: row.get("order") or 0)
         mine = collections.Counter()
         patches, status = [], collections.defaultdict(list)
+        mine_events = []
         for e in events:
             ref = e.get("objectRef", {})
             res = ref.get("resource", "?") + ("/" + ref["subresource"] if ref.get("subresource") else "")
-            ts = parse_time(e["requestReceivedTimestamp"])
+            received, done = parse_time(e["requestReceivedTimestamp"]), parse_time(e["stageTimestamp"])
             if e.get("userAgent", "").startswith("bouncer/"):
                 mine[(e["verb"], res)] += 1
+                mine_events.append((received, done, e["verb"], res, ref.get("name")))
                 if e["verb"] == "patch" and res == "deployments":
-                    patches.append((ts, ref.get("name")))
+                    patches.append((received, ref.get("name")))
             elif res == "deployments/status" and e["verb"] == "update":
-                status[ref.get("name")].append(parse_time(e["stageTimestamp"]))
+                status[ref.get("name")].append(done)
         patches.sort()
-        gaps = []
-        for (_, prev), (ts, _) in zip(patches, patches[1:]):
-            done = max((t for t in status[prev] if t < ts), default=None)
-            gaps.append(None if done is None else (ts - done).total_seconds())
-        return rows, mine, gaps, wall, rss
+        mine_events.sort()
+        # Bounce i spans from its fresh read (bouncer's first request naming its Deployment) to the
+        # next bounce's fresh read, or for the last one to bouncer's last request (its Event). Lease
+        # renewals run beside the bounces and watches end with the rollouts: neither marks an end.
+        timeline = []
+        for i, (patched, name) in enumerate(patches):
+            first = next((rc for rc, _, _, res, n in mine_events if res == "deployments" and n == name), None)
+            timeline.append({"name": name, "first": first, "patch": patched})
+        for i, t in enumerate(timeline):
+            if i + 1 < len(timeline):
+                t["end"] = timeline[i + 1]["first"]
+            else:
+                t["end"] = max((dn for _, dn, v, res, _ in mine_events if res != "leases" and v != "watch"), default=None)
+            t["last"] = max((dn for rc, dn, v, res, _ in mine_events if res != "leases" and v != "watch"
+                             and t["end"] and rc < t["end"]), default=None)
+            t["complete"] = max((x for x in status[t["name"]] if t["end"] and x < t["end"]), default=None)
+        return rows, mine, timeline, wall, rss
 
     def audit_events(self, start, end, needles, keep):
         """ResponseComplete audit events in [start, end) of the log whose line holds one of
@@ -258,77 +415,119 @@ class Bench:
                      for ns, _pod, kind, owner in diy}
         return rep["summary"]["planned"], len(workloads), len(diy)
 
+    def descheduler_decisions(self):
+        """(pods its last complete dry-run cycle would evict, pods its first cycle decided on, the
+        cycles it took) from the measured rounds."""
+        cycles = self.descheduler_cycles[-1]
+        return cycles[-1][1], cycles[0][1], statistics.median(len(c) for c in self.descheduler_cycles)
+
 
 def med(xs):
     return statistics.median(xs)
 
 
 def fmt_mib(kib):
-    return f"{kib / 1024:.1f} MiB"
+    return f"{kib / MIB:.1f} MiB"
 
 
-def print_table(pods, results, requests, diy_requests, counts, load_s, load_avg):
-    cols = [results[k] for k in ("bouncer", "floor", "diy")]
-    n = len(cols[0])
-    print(f"\n### {pods} pods ({counts['namespaces']} namespaces, {counts['deployments']} Deployments, "
-          f"{counts['replicasets']} ReplicaSets, {counts['statefulsets']} StatefulSets, "
-          f"{counts['pods.metrics.k8s.io']} PodMetrics; loaded in {load_s:.0f} s; median of {n}; "
-          f"load average {load_avg})\n")
-    rows = [
-        ("", ["bouncer plan", "raw LISTs (curl, sequential)", "kubectl + jq (DIY)"]),
-        ("wall time", [f"{med([x[0] for x in c]):.2f} s" for c in cols]),
-        ("wall min-max", [f"{min(x[0] for x in c):.2f}-{max(x[0] for x in c):.2f} s" for c in cols]),
-        ("peak RSS", [fmt_mib(med([x[1] for x in c])) for c in cols]),
-        ("client CPU", [f"{med([x[2] for x in c]):.2f} s" for c in cols]),
-        ("API requests", [f"{med([sum(r.values()) for r in requests]):.0f}", str(len(KINDS)),
-                          f"{med([sum(r.values()) for r in diy_requests]):.0f}"]),
-    ]
-    widths = [max(len(r[0]) for r in rows)] + [max(len(r[1][i]) for r in rows) for i in range(3)]
+def print_rows(rows):
+    widths = [max(len(r[0]) for r in rows)] + [max(len(r[1][i]) for r in rows) for i in range(len(rows[0][1]))]
     for j, (label, cells) in enumerate(rows):
         print("| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
                                 for i, (c, w) in enumerate(zip([label, *cells], widths))) + " |")
         if j == 0:
             print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+
+
+def request_counts(names, counts, requests):
+    """Median API requests per run of each contender."""
+    fixed = {"pods": 1, "pods-paged": max(1, math.ceil(counts["pods"] / PAGE)),
+             "floor-par": len(KINDS), "floor-seq": len(KINDS)}
+    return {n: fixed[n] if n in fixed else med([sum(r.values()) for r in requests[n]]) for n in names}
+
+
+def print_table(pods, results, requests, counts, load_s, load_avg, mlr_status):
+    names = list(results)
+    n = len(results["bouncer"])
+    walls = {k: med([x[0] for x in results[k]]) for k in names}
+    reqs = request_counts(names, counts, requests)
+    print(f"\n### {pods} pods ({counts['namespaces']} namespaces, {counts['deployments']} Deployments, "
+          f"{counts['replicasets']} ReplicaSets, {counts['statefulsets']} StatefulSets, "
+          f"{counts['pods.metrics.k8s.io']} PodMetrics; loaded in {load_s:.0f} s; median of {n}; "
+          f"load average {load_avg})\n")
+    rows = [
+        ("", [LABELS[k] for k in names]),
+        ("wall time", [f"{walls[k]:.2f} s" for k in names]),
+        ("wall min-max", [f"{min(x[0] for x in results[k]):.2f}-{max(x[0] for x in results[k]):.2f} s" for k in names]),
+        ("bouncer / this", [f"{walls['bouncer'] / walls[k]:.2f}x" for k in names]),
+        ("peak RSS", [fmt_mib(med([x[1] for x in results[k]])) for k in names]),
+        ("client CPU", [f"{med([x[2] for x in results[k]]):.2f} s" for k in names]),
+        ("API requests", [f"{reqs[k]:.0f}" for k in names]),
+    ]
+    print_rows(rows)
     print()
-    per = collections.Counter()
-    for r in requests:
-        per.update(r)
-    same = all(r == requests[0] for r in requests)
-    print(f"bouncer requests per run ({'identical in every run' if same else 'VARIES between runs'}):")
-    for (verb, res), c in sorted(per.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        print(f"  {verb:5} {res:28} {c / len(requests):6.1f}")
+    if mlr_status:
+        print(f"memory-leak-reloader: not measured: {mlr_status}\n")
+    for name in AGENTS:
+        if name not in requests or name == "diy":
+            continue
+        per = collections.Counter()
+        for r in requests[name]:
+            per.update(r)
+        same = all(r == requests[name][0] for r in requests[name])
+        print(f"{name} requests per run ({'identical in every run' if same else 'VARIES between runs'}):")
+        for (verb, res), c in sorted(per.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            print(f"  {verb:5} {res:28} {c / len(requests[name]):6.1f}")
 
 
 def print_bounce_round(bench):
-    """Runs and prints the bounce round; returns the failed checks."""
+    """Runs and prints the bounce round; returns (failed checks, figures)."""
     log("bounce round: one `bouncer run` over 3 Deployments x 2 pods")
-    rows, requests, gaps, wall, rss = bench.bounce_round()
-    print("\n### bounce round (one `bouncer run`, 3 Deployments x 2 pods, on the loaded cluster)\n")
+    rows, requests, timeline, wall, rss = bench.bounce_round()
+    print("\n### bounce round (one `bouncer run`, 3 Deployments x 2 pods, back to back, on the loaded cluster)\n")
     for r in rows:
         w = r["workload"]
         print(f"  {w['kind']}/{w['name']}: {r['decision']} in {r.get('durationSeconds') or 0:.1f} s "
               f"({r.get('verification') or r['reason']})")
-    print(f"  run: {wall:.1f} s wall, {rss / 1024:.1f} MiB peak RSS")
-    fmt = lambda xs: ", ".join("?" if x is None else f"{x:.2f} s" for x in xs) or "-"
-    print(f"  previous rollout complete -> next patch: {fmt(gaps)} (the deployment controller's last status "
-          f"write -> bouncer's patch, from the audit log)")
+    print(f"  run: {wall:.1f} s wall, {rss / MIB:.1f} MiB peak RSS")
     bounced = sum(r["decision"] == "bounced" for r in rows)
+    failed = []
+    overheads = []
+    print("  per bounce, from the audit log (first request = bouncer's fresh read; rollout = patch -> the "
+          "deployment controller's last status write; last = its verification and Event):")
+    for t in timeline:
+        if None in (t["first"], t["complete"], t["last"], t["end"]):
+            print(f"    {t['name']}: incomplete timeline {t}")
+            failed.append(f"bounce round: no complete audit timeline for {t['name']}")
+            continue
+        rollout = (t["complete"] - t["patch"]).total_seconds()
+        overhead = (t["end"] - t["first"]).total_seconds() - rollout
+        overheads.append(overhead)
+        print(f"    {t['name']}: fresh read -> patch {(t['patch'] - t['first']).total_seconds():.3f} s, rollout "
+              f"{rollout:.2f} s, complete -> its last request {(t['last'] - t['complete']).total_seconds():.3f} s, "
+              f"-> the next bounce's fresh read {(t['end'] - t['last']).total_seconds():.3f} s: "
+              f"overhead {overhead:.3f} s")
+    gaps = [(b["first"] - a["complete"]).total_seconds() for a, b in zip(timeline, timeline[1:])
+            if a["complete"] and b["first"]]
+    fmt = lambda xs: ", ".join(f"{x:.2f} s" for x in xs) or "-"
+    print(f"  previous rollout complete -> next bounce's first request: {fmt(gaps)}")
     print(f"  bouncer's requests in the namespace (per bounce, {bounced} bounces):")
     for (verb, res), c in sorted(requests.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         print(f"    {verb:6} {res:28} {c / max(bounced, 1):5.1f}")
-    failed = []
     if bounced != 3:
         failed.append(f"bounce round: {bounced} of 3 Deployments bounced")
     if requests[("patch", "deployments")] != bounced or requests[("watch", "deployments")] != bounced:
         failed.append(f"bounce round: expected one patch and one watch per bounce, saw "
                       f"{requests[('patch', 'deployments')]} patches and {requests[('watch', 'deployments')]} watches")
-    if any(g is None or g > 1.0 for g in gaps):
+    if any(g > 1.0 for g in gaps):
         failed.append(f"bounce round: a next bounce started more than 1 s after the previous rollout completed: {gaps}")
-    return failed
+    figures = {"wall": wall, "rss_kib": rss, "overheads": overheads, "gaps": gaps,
+               "rollouts": [(t["complete"] - t["patch"]).total_seconds() for t in timeline if t["complete"]]}
+    return failed, figures
 
 
 def expected_lists(counts):
-    want = {("list", k): max(1, math.ceil(n / PAGE)) for k, n in counts.items()}
+    want = {("list", k): max(1, math.ceil(counts[k] / PAGE)) for k, _ in KINDS}
     # The policy lists Pod: bare pods' attempt marks live on the run Lease, read once per run.
     want[("get", "leases")] = 1
     return want
@@ -346,16 +545,101 @@ def check_requests(requests, counts):
     return problems
 
 
+def summary(results, counts, requests, extra):
+    """The figures of one size, for the scaling table, the targets and the plot."""
+    out = {"pods": extra["pods"], "load_seconds": extra["load_seconds"], "counts": counts, "contenders": {}}
+    reqs = request_counts(list(results), counts, requests)
+    for name, ms in results.items():
+        out["contenders"][name] = {"wall": med([m[0] for m in ms]), "wall_min": min(m[0] for m in ms),
+                                   "wall_max": max(m[0] for m in ms), "rss_kib": med([m[1] for m in ms]),
+                                   "cpu": med([m[2] for m in ms]), "requests": reqs[name], "runs": len(ms)}
+    out.update({k: v for k, v in extra.items() if k not in out})
+    return out
+
+
+def print_scaling(sizes):
+    names = [n for n in LABELS if any(n in s["contenders"] for s in sizes)]
+    print("\n### scaling (medians: wall time / peak RSS)\n")
+    rows = [("pods", [LABELS[n] for n in names] + ["bouncer requests"])]
+    for s in sizes:
+        c = s["contenders"]
+        rows.append((f"{s['pods']:,}", [f"{c[n]['wall']:.2f} s / {fmt_mib(c[n]['rss_kib'])}" if n in c else "-"
+                                        for n in names] + [f"{c['bouncer']['requests']:.0f}"]))
+    print_rows(rows)
+    print("\n### requests per run (bouncer's are one LIST per kind per page of 500, plus the Lease GET)\n")
+    rows = [("pods", [LABELS[n] for n in names if n in AGENTS]
+             + ["bouncer, expected"])]
+    for s in sizes:
+        c = s["contenders"]
+        rows.append((f"{s['pods']:,}", [f"{c[n]['requests']:.0f}" if n in c else "-" for n in names if n in AGENTS]
+                     + [str(sum(expected_lists(s["counts"]).values()))]))
+    print_rows(rows)
+
+
+def targets(sizes, bounce):
+    """[(target, figure, holds)] over every size measured."""
+    out = []
+    for s in sizes:
+        c = s["contenders"]
+        ratio = c["bouncer"]["wall"] / c["pods"]["wall"]
+        out.append((f"{s['pods']:,} pods: bouncer plan wall <= {PLAN_VS_PODS_LIST}x the pods LIST alone",
+                    f"{ratio:.2f}x ({c['bouncer']['wall']:.2f} s vs {c['pods']['wall']:.2f} s; "
+                    f"{c['bouncer']['wall'] / c['floor-par']['wall']:.2f}x the concurrent floor, "
+                    f"{c['bouncer']['wall'] / c['pods-paged']['wall']:.2f}x the pods LIST by 500)",
+                    ratio <= PLAN_VS_PODS_LIST))
+        if s["pods"] in RSS_TARGETS_MIB:
+            mib = c["bouncer"]["rss_kib"] / MIB
+            out.append((f"{s['pods']:,} pods: bouncer peak RSS <= {RSS_TARGETS_MIB[s['pods']]} MiB",
+                        f"{mib:.1f} MiB", mib <= RSS_TARGETS_MIB[s["pods"]]))
+        out.append((f"{s['pods']:,} pods: one LIST per kind per page, nothing per workload or policy",
+                    f"{c['bouncer']['requests']:.0f} requests, expected {sum(expected_lists(s['counts']).values())}"
+                    + ("" if s["requests_ok"] else " (DIFFERENT)"), s["requests_ok"]))
+    if bounce and bounce["overheads"]:
+        worst = max(bounce["overheads"])
+        out.append((f"bounce overhead beyond the rollout <= {BOUNCE_OVERHEAD_S} s per bounce",
+                    f"{statistics.mean(bounce['overheads']):.3f} s mean, {worst:.3f} s worst over "
+                    f"{len(bounce['overheads'])} bounces", worst <= BOUNCE_OVERHEAD_S))
+    return out
+
+
+def write_figures(path, sizes, bounce, mlr_status):
+    """The figures, for the plot; merged into those already in `path` (a size measured now
+    replaces the same size measured before; the bounce round is kept until one is measured)."""
+    if not path:
+        return
+    old = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f)
+    mine = {s["pods"] for s in sizes}
+    merged = sorted([s for s in old.get("sizes", []) if s["pods"] not in mine] + sizes, key=lambda s: s["pods"])
+    with open(path, "w") as f:
+        json.dump({"sizes": merged, "bounce": bounce or old.get("bounce"), "labels": LABELS, "mlr": mlr_status,
+                   "binary_bytes": os.path.getsize(os.environ["BENCH_BOUNCER"])}, f, indent=1, default=str)
+        f.write("\n")
+
+
+def rounds_at(size, runs, warmup):
+    """The big sizes are expensive (the DIY script alone takes minutes and GiBs at 50,000 pods):
+    fewer measured rounds there."""
+    if size >= 50000:
+        return min(runs, 2), min(warmup, 1)
+    if size >= 20000:
+        return min(runs, 3), min(warmup, 1)
+    return runs, warmup
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="5000")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--figures", help="write the measured figures (JSON) here, for the plot")
     args = ap.parse_args()
     bench = Bench(args, args.work)
-    scale = []
+    mlr_status = os.environ.get("BENCH_MLR_STATUS", "")
+    sizes = []
     failed = []
     for size in [int(s) for s in args.sizes.split(",")]:
         log(f"loading {size} pods")
@@ -363,34 +647,49 @@ def main():
                            stdout=subprocess.PIPE, check=True)
         load = json.loads(r.stdout)
         counts = bench.object_counts()
-        log(f"loaded in {load['seconds']} s; running {args.warmup} warm-up + {args.runs} rounds")
+        runs, warmup = rounds_at(size, args.runs, args.warmup)
+        log(f"loaded in {load['seconds']} s; running {warmup} warm-up + {runs} rounds")
         load_avg = " ".join(f"{x:.1f}" for x in os.getloadavg())
-        results, requests, diy_requests = bench.run(args.runs, args.warmup)
-        print_table(load["pods"], results, requests, diy_requests, counts, load["seconds"], load_avg)
+        bench.descheduler_want = counts["owned-bench-pods"]
+        bench.descheduler_cycles = []
+        results, requests = bench.run(runs, warmup)
+        print_table(load["pods"], results, requests, counts, load["seconds"], load_avg, mlr_status)
         planned, diy_workloads, diy_pods = bench.decisions()
         print(f"decisions: bouncer plans {planned} bounces; the DIY script finds {diy_pods} pods over 85% "
               f"in {diy_workloads} workloads" + ("" if planned == diy_workloads else "  <-- MISMATCH"))
         if planned != diy_workloads or planned == 0:
             failed.append(f"{size} pods: bouncer planned {planned}, DIY found {diy_workloads} workloads")
-        failed += [f"{size} pods: {p}" for p in check_requests(requests, counts)]
+        extra = {"pods": load["pods"], "load_seconds": load["seconds"], "load_average": load_avg,
+                 "planned": planned, "diy_workloads": diy_workloads}
+        if "descheduler" in results:
+            evicted, first, ncycles = bench.descheduler_decisions()
+            want = counts["owned-bench-pods"]
+            print(f"decisions: the descheduler's dry-run PodLifeTime evicts {evicted} pods in its first complete "
+                  f"cycle (cycle {ncycles:.0f}; its first cycle decided on {first}); {want} bench pods are owned by a "
+                  f"controller and older than a minute" + ("" if evicted == want else "  <-- MISMATCH"))
+            if evicted != want:
+                failed.append(f"{size} pods: the descheduler decided on {evicted} pods, expected {want}")
+            extra.update(descheduler_evicted=evicted, descheduler_first_cycle=first, descheduler_cycles=ncycles)
+        problems = check_requests(requests["bouncer"], counts)
+        failed += [f"{size} pods: {p}" for p in problems]
         many = bench.many_policies()
         print(f"with 25 policies instead of 1: {sum(many.values())} requests"
-              + (", the same" if many == requests[0] else f"  <-- DIFFERENT: {sorted(many.items())}"))
-        if many != requests[0]:
+              + (", the same" if many == requests["bouncer"][0] else f"  <-- DIFFERENT: {sorted(many.items())}"))
+        if many != requests["bouncer"][0]:
             failed.append(f"{size} pods: requests depend on the number of policies")
-        scale.append((load["pods"], results))
-    if len(scale) > 1:
-        print("\n### scaling (medians)\n")
-        print("| pods   | bouncer wall | bouncer RSS | bouncer CPU | floor wall | DIY wall | DIY RSS    |")
-        print("|--------|--------------|-------------|-------------|------------|----------|------------|")
-        for pods, res in scale:
-            bw, br = med([x[0] for x in res["bouncer"]]), med([x[1] for x in res["bouncer"]])
-            print(f"| {pods:6} | {bw:10.2f} s | {fmt_mib(br):>11} | {med([x[2] for x in res['bouncer']]):9.2f} s | "
-                  f"{med([x[0] for x in res['floor']]):8.2f} s | {med([x[0] for x in res['diy']]):6.2f} s | "
-                  f"{fmt_mib(med([x[1] for x in res['diy']])):>10} |")
-    failed += print_bounce_round(bench)
+        extra["requests_ok"] = not problems and many == requests["bouncer"][0]
+        sizes.append(summary(results, counts, requests, extra))
+        write_figures(args.figures, sizes, None, mlr_status)
+    if len(sizes) > 1:
+        print_scaling(sizes)
+    bounce_failed, bounce = print_bounce_round(bench)
+    failed += bounce_failed
     size = os.path.getsize(os.environ["BENCH_BOUNCER"])
     print(f"\nrelease binary: {size / 1e6:.1f} MB ({size} bytes)")
+    print("\n### targets\n")
+    for what, figure, holds in targets(sizes, bounce):
+        print(f"  {'HOLDS ' if holds else 'MISSED'}  {what}: {figure}")
+    write_figures(args.figures, sizes, bounce, mlr_status)
     if failed:
         print("\nFAILED checks:\n  " + "\n  ".join(failed))
         sys.exit(1)
