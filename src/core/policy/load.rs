@@ -311,17 +311,7 @@ mod tests {
     use crate::core::model::Kind;
     use crate::core::policy::{OnRevert, RestartMethod, Threshold};
 
-    fn base() -> Json {
-        json!({
-            "apiVersion": "bouncer.dev/v1alpha1",
-            "kind": "BouncePolicy",
-            "metadata": {"name": "web"},
-            "spec": {
-                "target": {"selector": {"matchLabels": {"app": "web"}}},
-                "triggers": {"schedule": {"cron": "0 3 * * *"}, "memory": {"above": "1Gi"}},
-            },
-        })
-    }
+    use crate::core::policy::example_document as base;
 
     fn yaml(doc: &Json) -> String {
         serde_yaml_ng::to_string(doc).unwrap()
@@ -339,7 +329,7 @@ mod tests {
     #[test]
     fn example_policies_load() {
         // At run time: a build cache shared between checkouts would keep another checkout's path.
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+        let dir = Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("policies");
         let policies = load_paths(&[dir]).unwrap_or_else(|e| panic!("{e}"));
         let names: Vec<&str> = policies.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["leaky-api", "mcp-servers-memory", "vmcp-nightly"]);
