@@ -75,6 +75,36 @@ pub struct Row {
     pub last_confirmed: Option<String>,
 }
 
+impl Row {
+    /// A row with its identity and decision; what the outcome adds starts empty.
+    pub fn new(
+        order: Option<usize>,
+        policy: &str,
+        workload: &WorkloadRef,
+        pods: usize,
+        memory: Option<MemoryReading>,
+        decision: &str,
+    ) -> Row {
+        Row {
+            order,
+            policy: policy.to_string(),
+            workload: workload.clone(),
+            pods,
+            memory,
+            triggers: Vec::new(),
+            decision: decision.to_string(),
+            reason_code: None,
+            reason: String::new(),
+            method: None,
+            patched_at: None,
+            completed_at: None,
+            duration_seconds: None,
+            verification: None,
+            last_confirmed: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct TriggerRow {
     #[serde(rename = "type")]
@@ -106,14 +136,7 @@ pub fn build(plan: &Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
     for (i, b) in plan.bounces.iter().enumerate() {
         let outcome = outcomes.and_then(|o| o.get(i));
         let mut row = Row {
-            order: Some(i + 1),
-            policy: b.policy.clone(),
-            workload: b.target.clone(),
-            pods: b.pods,
-            memory: b.memory.clone(),
             triggers: triggers(&b.triggers),
-            decision: "bounce".into(),
-            reason_code: None,
             reason: b
                 .triggers
                 .iter()
@@ -121,11 +144,14 @@ pub fn build(plan: &Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
                 .collect::<Vec<_>>()
                 .join("; "),
             method: Some(b.method),
-            patched_at: None,
-            completed_at: None,
-            duration_seconds: None,
-            verification: None,
-            last_confirmed: None,
+            ..Row::new(
+                Some(i + 1),
+                &b.policy,
+                &b.target,
+                b.pods,
+                b.memory.clone(),
+                "bounce",
+            )
         };
         if let Some(o) = outcome {
             row.decision = o.status.code().into();
@@ -166,21 +192,9 @@ pub fn build(plan: &Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
     }
     for s in &plan.skips {
         rows.push(Row {
-            order: None,
-            policy: s.policy.clone(),
-            workload: s.target.clone(),
-            pods: s.pods,
-            memory: s.memory.clone(),
-            triggers: Vec::new(),
-            decision: "skip".into(),
             reason_code: Some(s.reason.code().into()),
             reason: s.reason.to_string(),
-            method: None,
-            patched_at: None,
-            completed_at: None,
-            duration_seconds: None,
-            verification: None,
-            last_confirmed: None,
+            ..Row::new(None, &s.policy, &s.target, s.pods, s.memory.clone(), "skip")
         });
     }
     Report {

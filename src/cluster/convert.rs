@@ -439,9 +439,24 @@ mod api_json_tests {
         assert_eq!(sample.containers[1].limit, None);
         assert!(sample.ready);
         assert_eq!(sample.started.map(|t| t.timestamp()), Some(1_714_557_600));
+        // The same pod as its own workload: itself, ready, one of one.
         let bare = convert::bare(slim);
         assert!(bare.mirror, "the mirror annotation is read");
-        assert_eq!(bare.pods, vec![sample]);
+        assert_eq!(bare.target.to_string(), "pod/shop/web-7d4b9c-x2x9z");
+        assert_eq!(
+            (
+                bare.status.desired,
+                bare.status.ready,
+                bare.status.available
+            ),
+            (1, 1, 1)
+        );
+        assert_eq!(
+            bare.template_labels.get("app").map(String::as_str),
+            Some("web")
+        );
+        assert_eq!(bare.pods.len(), 1);
+        assert_eq!(bare.pods[0].uid, "u-1");
     }
 
     #[test]

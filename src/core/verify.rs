@@ -280,50 +280,11 @@ mod tests {
             "an unknown writer"
         );
     }
-}
 
-#[cfg(test)]
-mod identity_tests {
-    use super::*;
-    use crate::core::model::{PodSample, RolloutStatus, UpdateStrategy, WorkloadRef};
-
-    fn pod(uid: &str, started: &str) -> PodSample {
-        PodSample {
-            name: format!("p-{uid}"),
-            uid: uid.into(),
-            labels: Default::default(),
-            started: Some(started.parse().unwrap()),
-            ready: true,
-            deleting: false,
-            containers: vec![],
-            limit: None,
-            has_metrics: false,
-        }
-    }
-
-    fn workload(written: &str, desired: i32, pods: Vec<PodSample>) -> Workload {
-        Workload {
-            target: WorkloadRef {
-                kind: Kind::Deployment,
-                namespace: "ns".into(),
-                name: "web".into(),
-            },
-            labels: Default::default(),
-            template_labels: Default::default(),
-            pod_selector: Default::default(),
-            annotations: Default::default(),
-            attempt: Default::default(),
-            restarted_at: Some(written.parse().unwrap()),
-            paused: false,
-            strategy: UpdateStrategy::RollingUpdate,
-            status: RolloutStatus {
-                desired,
-                ..Default::default()
-            },
-            min_ready_during_restart: 1,
-            pods,
-            mirror: false,
-        }
+    /// The workload with its desired count changed (an autoscaler at work).
+    fn scaled_to(desired: i32, mut w: Workload) -> Workload {
+        w.status.desired = desired;
+        w
     }
 
     /// Safety case 6: a pod is new by identity (a UID that did not exist before the patch),
@@ -336,25 +297,29 @@ mod identity_tests {
         let old: BTreeSet<String> = ["a".to_string(), "b".to_string()].into();
         // A node 2 s behind bouncer: the replacements' startTime is before the patch.
         let skewed = vec![
-            pod("c", "2026-01-01T03:00:08Z"),
-            pod("d", "2026-01-01T03:00:09Z"),
+            pod("c", "2026-01-01T03:00:08Z", true),
+            pod("d", "2026-01-01T03:00:09Z", true),
         ];
         assert_eq!(
-            check(&workload(written, 2, skewed.clone()), written, &old),
+            check(&workload(Some(written), skewed.clone()), written, &old),
             Verdict::Verified { pods: 2 }
         );
         // An HPA scaled to 3 during the settle; its pod is not there yet.
         assert_eq!(
-            check(&workload(written, 3, skewed), written, &old),
+            check(
+                &scaled_to(3, workload(Some(written), skewed)),
+                written,
+                &old
+            ),
             Verdict::Verified { pods: 2 }
         );
         // A pod from before the patch is old whatever its node's clock says.
         let ahead = vec![
-            pod("a", "2026-01-01T03:00:30Z"),
-            pod("d", "2026-01-01T03:00:11Z"),
+            pod("a", "2026-01-01T03:00:30Z", true),
+            pod("d", "2026-01-01T03:00:11Z", true),
         ];
         assert!(matches!(
-            check(&workload(written, 2, ahead), written, &old),
+            check(&workload(Some(written), ahead), written, &old),
             Verdict::Incomplete { .. }
         ));
     }

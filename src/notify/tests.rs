@@ -8,27 +8,13 @@ use crate::core::model::{Kind, WorkloadRef};
 use crate::report::{Row, Summary, TriggerRow};
 
 pub(super) fn row(order: Option<usize>, policy: &str, kind: Kind, ns: &str, name: &str) -> Row {
-    Row {
-        order,
-        policy: policy.into(),
-        workload: WorkloadRef {
-            kind,
-            namespace: ns.into(),
-            name: name.into(),
-        },
-        pods: 1,
-        memory: None,
-        triggers: Vec::new(),
-        decision: if order.is_some() { "bounce" } else { "skip" }.into(),
-        reason_code: None,
-        reason: String::new(),
-        method: None,
-        patched_at: None,
-        completed_at: None,
-        duration_seconds: None,
-        verification: None,
-        last_confirmed: None,
-    }
+    let workload = WorkloadRef {
+        kind,
+        namespace: ns.into(),
+        name: name.into(),
+    };
+    let decision = if order.is_some() { "bounce" } else { "skip" };
+    Row::new(order, policy, &workload, 1, None, decision)
 }
 
 fn trigger(kind: &'static str, detail: &str) -> Vec<TriggerRow> {

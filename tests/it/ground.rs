@@ -24,18 +24,6 @@ fn uids(pods: &[Pod]) -> Vec<String> {
     pods.iter().filter_map(|p| p.uid()).collect()
 }
 
-fn template_annotation(d: &Deployment, key: &str) -> Option<String> {
-    d.spec
-        .as_ref()?
-        .template
-        .metadata
-        .as_ref()?
-        .annotations
-        .as_ref()?
-        .get(key)
-        .cloned()
-}
-
 /// Creates a workload of `kind`, restarts it the way kubectl does and checks that the rollout
 /// completes with only new pods, each carrying the restartedAt value.
 async fn restart_rolls_new_pods(kind: Kind) {
@@ -246,7 +234,7 @@ async fn restart_under_operator(
         RESTARTED_AT
     };
     let cond =
-        move |d: Option<&Deployment>| d.is_some_and(|d| template_annotation(d, key).is_none());
+        move |d: Option<&Deployment>| d.is_some_and(|d| d.template_annotation(key).is_none());
     let reverted =
         tokio::time::timeout(Duration::from_secs(30), await_condition(api, "vmcp", cond))
             .await
@@ -257,7 +245,9 @@ async fn restart_under_operator(
     eprintln!("{mode:?}: template reverted {took:?} after the patch");
     assert!(operator.actions() >= 1, "the operator made no write");
     assert_eq!(
-        template_annotation(&reverted, "toolhive.stacklok.dev/hash").as_deref(),
+        reverted
+            .template_annotation("toolhive.stacklok.dev/hash")
+            .as_deref(),
         Some("abc")
     );
     let managers: Vec<_> = reverted
@@ -295,7 +285,7 @@ async fn fixed_operator_keeps_restarted_at() {
         "extra annotation removed only after {took:?}"
     );
     assert_eq!(
-        template_annotation(&reverted, RESTARTED_AT),
+        reverted.template_annotation(RESTARTED_AT),
         Some(value.clone())
     );
     wait_rollout_complete(&client, Kind::Deployment, n, "vmcp", WAIT)

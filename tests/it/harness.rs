@@ -1,5 +1,6 @@
 //! Running the real `bouncer` binary against the test cluster, and reading what it did.
 
+use bouncer_testkit::PodTemplateExt as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -129,24 +130,8 @@ pub async fn statefulset(client: &Client, ns: &str, name: &str) -> StatefulSet {
         .expect("get statefulset")
 }
 
-pub fn restarted_at(
-    template_annotations: Option<&std::collections::BTreeMap<String, String>>,
-) -> Option<String> {
-    template_annotations
-        .and_then(|a| a.get(bouncer_testkit::RESTARTED_AT))
-        .cloned()
-}
-
 pub fn deployment_restarted_at(d: &Deployment) -> Option<String> {
-    restarted_at(
-        d.spec
-            .as_ref()?
-            .template
-            .metadata
-            .as_ref()?
-            .annotations
-            .as_ref(),
-    )
+    d.template_annotation(bouncer_testkit::RESTARTED_AT)
 }
 
 /// Pods matching `selector`, not being deleted.

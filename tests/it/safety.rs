@@ -2,6 +2,7 @@
 //! the fresh read right before acting catches a change made after the plan, and a stuck rollout
 //! halts the queue.
 
+use bouncer_testkit::PodTemplateExt as _;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -49,18 +50,6 @@ async fn sts(client: &Client, ns: &str, s: StatefulSet, selector: &str) {
     wait_pods_ready(client, ns, selector, replicas, READY)
         .await
         .expect("statefulset pods ready");
-}
-
-fn sts_restarted_at(s: &StatefulSet) -> Option<String> {
-    crate::harness::restarted_at(
-        s.spec
-            .as_ref()?
-            .template
-            .metadata
-            .as_ref()?
-            .annotations
-            .as_ref(),
-    )
 }
 
 /// One run over a workload per gate (plus a control that is bounced): each gated workload is
@@ -226,7 +215,9 @@ async fn every_gate_skips_and_touches_nothing() {
     );
     for name in ["single", "guarded", "ondelete"] {
         assert_eq!(
-            sts_restarted_at(&get_statefulset(&client, n, name).await),
+            get_statefulset(&client, n, name)
+                .await
+                .template_annotation(bouncer_testkit::RESTARTED_AT),
             None,
             "{name} was patched"
         );

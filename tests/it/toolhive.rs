@@ -7,6 +7,7 @@
 //! `scripts/demo` explains. The nightly schedule cannot fire during a test; the policies' memory
 //! triggers do, from the memory model's pod annotations.
 
+use bouncer_testkit::PodTemplateExt as _;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -462,7 +463,10 @@ async fn mcp_server_cr_restart(version: &str, area: &str) -> (bool, Option<Strin
             let mut started = Some(started);
             let mut stream = std::pin::pin!(kube::runtime::watcher::watch_object(api, "fetch"));
             while let Some(Ok(d)) = stream.next().await {
-                if d.as_ref().and_then(template_value(KEY)).is_some() {
+                if d.as_ref()
+                    .and_then(|d| d.template_annotation(KEY))
+                    .is_some()
+                {
                     seen.store(true, Ordering::SeqCst);
                 }
                 if let Some(tx) = started.take() {
@@ -515,25 +519,9 @@ async fn mcp_server_cr_restart(version: &str, area: &str) -> (bool, Option<Strin
     let replaced = after.iter().all(|u| !before.contains(u));
     (
         seen.load(Ordering::SeqCst),
-        template_value(KEY)(&now),
+        now.template_annotation(KEY),
         replaced,
     )
-}
-
-fn template_value(
-    key: &'static str,
-) -> impl Fn(&k8s_openapi::api::apps::v1::Deployment) -> Option<String> {
-    move |d| {
-        d.spec
-            .as_ref()?
-            .template
-            .metadata
-            .as_ref()?
-            .annotations
-            .as_ref()?
-            .get(key)
-            .cloned()
-    }
 }
 
 /// v0.44.0 undoes its own MCPServer restart like kubectl's: its next reconcile compares the

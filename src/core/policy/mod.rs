@@ -86,3 +86,17 @@ pub enum OnRevert {
     /// Report the revert, then evict the pods one at a time.
     Evict,
 }
+
+/// One valid policy document as JSON, for the loader's, the validator's and the schema's tests.
+#[cfg(test)]
+pub(crate) fn example_document() -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "bouncer.dev/v1alpha1",
+        "kind": "BouncePolicy",
+        "metadata": {"name": "web"},
+        "spec": {
+            "target": {"selector": {"matchLabels": {"app": "web"}}},
+            "triggers": {"schedule": {"cron": "0 3 * * *"}, "memory": {"above": "1Gi"}},
+        },
+    })
+}

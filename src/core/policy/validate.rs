@@ -512,17 +512,7 @@ mod tests {
 
     use crate::core::policy::parse_str;
 
-    fn base() -> Json {
-        json!({
-            "apiVersion": "bouncer.dev/v1alpha1",
-            "kind": "BouncePolicy",
-            "metadata": {"name": "web"},
-            "spec": {
-                "target": {"selector": {"matchLabels": {"app": "web"}}},
-                "triggers": {"schedule": {"cron": "0 3 * * *"}, "memory": {"above": "1Gi"}},
-            },
-        })
-    }
+    use crate::core::policy::example_document as base;
 
     /// Each case breaks one thing in a valid policy and must yield exactly that one error.
     #[test]

@@ -131,6 +131,19 @@ pub fn daemonset(name: &str, labels: &[(&str, &str)]) -> DaemonSet {
 pub trait PodTemplateExt: Sized {
     fn pod_template_mut(&mut self) -> &mut PodTemplateSpec;
 
+    fn pod_template(&self) -> Option<&PodTemplateSpec>;
+
+    /// The pod template's annotation `key`, as the API server returned it.
+    fn template_annotation(&self, key: &str) -> Option<String> {
+        self.pod_template()?
+            .metadata
+            .as_ref()?
+            .annotations
+            .as_ref()?
+            .get(key)
+            .cloned()
+    }
+
     /// Sets the memory model: `base` plus `leak_per_minute` times pod age (quantities).
     fn with_memory(self, base: &str, leak_per_minute: &str) -> Self {
         self.with_annotation(MEMORY_BASE, base)
@@ -223,6 +236,10 @@ impl PodTemplateExt for PodTemplateSpec {
     fn pod_template_mut(&mut self) -> &mut PodTemplateSpec {
         self
     }
+
+    fn pod_template(&self) -> Option<&PodTemplateSpec> {
+        Some(self)
+    }
 }
 
 macro_rules! template_ext {
@@ -230,6 +247,10 @@ macro_rules! template_ext {
         impl PodTemplateExt for $t {
             fn pod_template_mut(&mut self) -> &mut PodTemplateSpec {
                 &mut self.spec.get_or_insert_with(Default::default).template
+            }
+
+            fn pod_template(&self) -> Option<&PodTemplateSpec> {
+                self.spec.as_ref().map(|s| &s.template)
             }
         }
     )*};
