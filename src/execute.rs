@@ -107,9 +107,7 @@ impl Executor<'_> {
 
     async fn bounce(&mut self, b: &Bounce, out: &mut Outcome) {
         let policy = self.policies[b.policy.as_str()];
-        // One budget for the whole bounce: rollout, settle, verification and any eviction.
-        let timeout = b.timeout.unwrap_or(self.default_timeout);
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = tokio::time::Instant::now() + self.timeout(b);
         let mut fresh = match self.read(&b.target).await {
             Ok(w) => w,
             Err(error) => return out.status = Status::Skipped(SkipReason::ReadFailed { error }),
@@ -264,9 +262,9 @@ impl Executor<'_> {
             workload: &patched.workload,
             resource_version: &patched.resource_version,
         };
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let budget = (deadline, self.timeout(b));
         let waited = self
-            .until_stopped(rollout::wait(&self.client, &b.target, left, start))
+            .until_stopped(rollout::wait(&self.client, &b.target, budget, start))
             .await;
         match waited {
             Step::Stopped => return self.interrupted(),
@@ -298,12 +296,11 @@ impl Executor<'_> {
         // Every pod is new but some are not ready yet: an autoscaler added them during the
         // settle. Wait (within the same budget) for kubectl's rule to hold again, then re-check.
         if let Verdict::Incomplete { old: 0, .. } = verdict {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let start = rollout::Start {
                 workload: &after,
                 resource_version: "0",
             };
-            let again = rollout::wait(&self.client, &b.target, left, start);
+            let again = rollout::wait(&self.client, &b.target, (deadline, self.timeout(b)), start);
             match self.until_stopped(again).await {
                 Step::Stopped => return self.interrupted(),
                 Step::Done(Err(e)) => return Status::Failed(wait_failure(e)),
@@ -490,6 +487,11 @@ impl Executor<'_> {
         out.status = Status::Reverted {
             managers: reverters.managers,
         };
+    }
+
+    /// One budget for the whole bounce: rollout, settle, verification and any eviction.
+    fn timeout(&self, b: &Bounce) -> Duration {
+        b.timeout.unwrap_or(self.default_timeout)
     }
 
     fn interrupted(&self) -> Status {

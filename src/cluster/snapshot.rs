@@ -3,8 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kube::Client;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::ListParams;
+use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::error::ClusterError;
@@ -117,11 +119,11 @@ where
     Ok(out)
 }
 
-fn namespaced(path: &str, namespace: Option<&str>) -> String {
-    let (group, resource) = path.rsplit_once('/').unwrap_or(("", path));
+/// PodMetrics have no k8s-openapi type to ask for their URL.
+fn pod_metrics(namespace: Option<&str>) -> String {
     match namespace {
-        Some(ns) => format!("{group}/namespaces/{ns}/{resource}"),
-        None => path.to_string(),
+        Some(ns) => format!("/apis/metrics.k8s.io/v1beta1/namespaces/{ns}/pods"),
+        None => "/apis/metrics.k8s.io/v1beta1/pods".to_string(),
     }
 }
 
@@ -171,7 +173,7 @@ pub async fn snapshot(
         let all = list(
             client,
             &[],
-            |_| "/api/v1/namespaces".into(),
+            |_| Namespace::url_path(&(), None),
             excluded_namespace,
         )
         .await
@@ -179,8 +181,7 @@ pub async fn snapshot(
         Ok::<_, ClusterError>(all.into_iter().flatten().collect::<BTreeSet<_>>())
     };
     let metrics = async {
-        let url = |ns: Option<&str>| namespaced("/apis/metrics.k8s.io/v1beta1/pods", ns);
-        match list(metrics_client, scope, url, metrics_entry).await {
+        match list(metrics_client, scope, pod_metrics, metrics_entry).await {
             Ok(m) => (MetricsState::Available, m.into_iter().collect::<Usage>()),
             Err(e) => (MetricsState::Unavailable(metrics_failure(&e)), Usage::new()),
         }
@@ -217,7 +218,7 @@ pub async fn snapshot(
                 .map_err(wrap("daemonsets"))
         },
         async {
-            let url = |ns: Option<&str>| namespaced("/apis/policy/v1/poddisruptionbudgets", ns);
+            let url = |ns: Option<&str>| PodDisruptionBudget::url_path(&(), ns);
             list(
                 client,
                 scope,

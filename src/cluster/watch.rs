@@ -154,8 +154,7 @@ where
 
 #[derive(Debug, thiserror::Error)]
 pub enum WaitError {
-    // Whole seconds: the budget left for the wait is never round, and the message is read by people.
-    #[error("rollout of {target} did not complete within {}: {last}", humantime::format_duration(std::time::Duration::from_secs(timeout.as_secs())))]
+    #[error("rollout of {target} did not complete within {}: {last}", humantime::format_duration(*timeout))]
     Timeout {
         target: WorkloadRef,
         timeout: Duration,
@@ -202,10 +201,12 @@ impl Progress<'_> {
 /// Waits until the rollout completes by kubectl's rules. Normally a single WATCH from the patch's
 /// resourceVersion covers the whole rollout; if it breaks (API server restart, expired version)
 /// `follow` lists and resumes, so a blip does not lose the wait.
+/// `deadline` ends the bounce's whole budget, `timeout` (what the error names: the policy's or
+/// the run's setting, not the time left when this wait began).
 pub async fn wait(
     client: &Client,
     target: &WorkloadRef,
-    timeout: Duration,
+    (deadline, timeout): (tokio::time::Instant, Duration),
     start: Start<'_>,
 ) -> Result<(), WaitError> {
     if target.kind == Kind::Pod {
@@ -249,7 +250,7 @@ pub async fn wait(
         )
         .await
     };
-    let result = tokio::time::timeout(timeout, waiting).await;
+    let result = tokio::time::timeout_at(deadline, waiting).await;
     match result {
         Ok(r) => r,
         Err(_) => Err(WaitError::Timeout {
