@@ -15,6 +15,7 @@ use crate::cluster::retry::with_retries;
 use crate::cluster::snapshot::read_workload;
 use crate::cluster::watch::{self as rollout, WaitError};
 use crate::cluster::{kinds, restart, revert};
+use crate::core::group::Group;
 use crate::core::literals::{REASON_BOUNCED, REASON_FAILED, REASON_REVERTED, rfc3339};
 use crate::core::mark::{Attempt, AttemptMark, BareMarks, bare_key};
 use crate::core::model::{Kind, Pdb, Workload, WorkloadRef};
@@ -67,13 +68,15 @@ impl Executor<'_> {
     pub async fn execute(&mut self, plan: &Plan) -> Vec<Outcome> {
         let mut outcomes = Vec::new();
         let mut halted = false;
+        // A restart group's member that was not bounced: the rest of its group is left alone.
+        let mut held: Option<(&Group, WorkloadRef)> = None;
         let total = plan.bounces.len();
         for (i, bounce) in plan.bounces.iter().enumerate() {
             let mut outcome = Outcome {
                 policy: bounce.policy.clone(),
                 target: bounce.target.clone(),
                 method: bounce.method,
-                status: Status::NotAttempted,
+                status: Status::NotAttempted(None),
                 started: None,
                 patched_at: None,
                 completed_at: None,
@@ -89,12 +92,21 @@ impl Executor<'_> {
                 halted = true;
                 outcome.status = self.interrupted();
             }
-            if !halted {
+            let group_held = match (&held, &bounce.group) {
+                (Some((g, member)), Some(mine)) if *g == mine => Some(member.clone()),
+                _ => None,
+            };
+            if let Some(member) = group_held.filter(|_| !halted) {
+                outcome.status = Status::NotAttempted(Some(member));
+            } else if !halted {
                 tracing::info!(workload = %bounce.target, policy = %bounce.policy, "bounce {}/{total}", i + 1);
                 outcome.started = Some((self.clock)());
                 self.bounce(bounce, &mut outcome).await;
                 outcome.finished = Some((self.clock)());
                 halted = outcome.status.halts();
+                if let (Some(g), false) = (&bounce.group, outcome.status.bounced()) {
+                    held = Some((g, bounce.target.clone()));
+                }
                 tracing::info!(workload = %bounce.target, status = outcome.status.code(), "bounce {}/{total} done", i + 1);
             }
             outcomes.push(outcome);

@@ -57,6 +57,8 @@ pub struct Row {
     pub order: Option<usize>,
     pub policy: String,
     pub workload: WorkloadRef,
+    /// The restart group (`label=value`) the workload is bounced with; null outside groups.
+    pub group: Option<String>,
     pub pods: usize,
     pub memory: Option<MemoryReading>,
     pub triggers: Vec<TriggerRow>,
@@ -89,6 +91,7 @@ impl Row {
             order,
             policy: policy.to_string(),
             workload: workload.clone(),
+            group: None,
             pods,
             memory,
             triggers: Vec::new(),
@@ -144,6 +147,7 @@ pub fn build(plan: &Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
                 .collect::<Vec<_>>()
                 .join("; "),
             method: Some(b.method),
+            group: b.group.as_ref().map(ToString::to_string),
             ..Row::new(
                 Some(i + 1),
                 &b.policy,
@@ -172,9 +176,14 @@ pub fn build(plan: &Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
                 Status::Reverted { .. } | Status::Failed(_) | Status::Interrupted(_) => {
                     summary.failed += 1
                 }
-                Status::NotAttempted => {
+                Status::NotAttempted(held_by) => {
                     summary.not_attempted += 1;
-                    row.reason = "not attempted: an earlier bounce halted the queue".into();
+                    row.reason = match held_by {
+                        None => "not attempted: an earlier bounce halted the queue".into(),
+                        Some(member) => {
+                            format!("not attempted: {member} of its group was not bounced")
+                        }
+                    };
                 }
             }
             if let Status::Failed(why) = &o.status {
@@ -194,6 +203,7 @@ pub fn build(plan: &Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
         rows.push(Row {
             reason_code: Some(s.reason.code().into()),
             reason: s.reason.to_string(),
+            group: s.group.as_ref().map(ToString::to_string),
             ..Row::new(None, &s.policy, &s.target, s.pods, s.memory.clone(), "skip")
         });
     }
@@ -229,7 +239,8 @@ fn decision_cell(r: &Row, mode: Mode) -> String {
     }
 }
 
-fn cells(r: &Row, mode: Mode) -> [String; 7] {
+/// The table's cells of a row; with `grouped`, a GROUP column after the workload.
+fn cells(r: &Row, mode: Mode, grouped: bool) -> Vec<String> {
     let trigger = if r.triggers.is_empty() {
         "-".to_string()
     } else {
@@ -247,7 +258,7 @@ fn cells(r: &Row, mode: Mode) -> [String; 7] {
     {
         reason = format!("{reason}; {v}");
     }
-    [
+    let mut cells = vec![
         r.policy.clone(),
         format!(
             "{}/{}/{}",
@@ -260,7 +271,23 @@ fn cells(r: &Row, mode: Mode) -> [String; 7] {
         trigger,
         decision_cell(r, mode),
         reason,
-    ]
+    ];
+    if grouped {
+        cells.insert(2, r.group.clone().unwrap_or_else(|| "-".into()));
+    }
+    cells
+}
+
+fn headers(grouped: bool) -> Vec<&'static str> {
+    let mut headers = HEADERS.to_vec();
+    if grouped {
+        headers.insert(2, "GROUP");
+    }
+    headers
+}
+
+fn grouped(r: &Report) -> bool {
+    r.rows.iter().any(|row| row.group.is_some())
 }
 
 const HEADERS: [&str; 7] = [
@@ -293,14 +320,20 @@ pub fn summary_line(r: &Report) -> String {
 }
 
 pub fn table(r: &Report) -> String {
-    let rows: Vec<[String; 7]> = r.rows.iter().map(|row| cells(row, r.mode)).collect();
-    let mut widths = HEADERS.map(str::len);
+    let grouped = grouped(r);
+    let headers = headers(grouped);
+    let rows: Vec<Vec<String>> = r
+        .rows
+        .iter()
+        .map(|row| cells(row, r.mode, grouped))
+        .collect();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in &rows {
         for (w, c) in widths.iter_mut().zip(row.iter()) {
             *w = (*w).max(c.chars().count());
         }
     }
-    let line = |cols: [&str; 7]| {
+    let line = |cols: &[&str]| {
         let mut l = String::new();
         for (i, c) in cols.iter().enumerate() {
             // The last column (the reason) is free text: no padding.
@@ -312,9 +345,9 @@ pub fn table(r: &Report) -> String {
         }
         l.trim_end().to_string() + "\n"
     };
-    let mut out = line(HEADERS);
+    let mut out = line(&headers);
     for row in &rows {
-        out.push_str(&line(row.each_ref().map(String::as_str)));
+        out.push_str(&line(&row.iter().map(String::as_str).collect::<Vec<_>>()));
     }
     out.push_str(&format!("\n{}\n", summary_line(r)));
     out
@@ -332,20 +365,28 @@ pub fn markdown(r: &Report) -> String {
         r.generated_at,
         summary_line(r)
     );
-    out.push_str("| # | Policy | Workload | Pods | Memory (max pod / threshold) | Trigger | Decision | Reason |\n");
-    out.push_str("|---|---|---|---|---|---|---|---|\n");
+    let grouped = grouped(r);
+    let headers: Vec<String> = headers(grouped)
+        .iter()
+        .map(|h| match *h {
+            "MEMORY (MAX POD / THRESHOLD)" => "Memory (max pod / threshold)".to_string(),
+            h => h[..1].to_string() + &h[1..].to_lowercase(),
+        })
+        .collect();
+    out.push_str(&format!("| # | {} |\n", headers.join(" | ")));
+    out.push_str(&format!("|---|{}\n", "---|".repeat(headers.len())));
     for row in &r.rows {
-        let c = cells(row, r.mode);
+        let mut c: Vec<String> = cells(row, r.mode, grouped)
+            .iter()
+            .map(|c| escape(c))
+            .collect();
+        let (workload, decision) = (1, c.len() - 2);
+        c[workload] = format!("`{}`", c[workload]);
+        c[decision] = format!("**{}**", c[decision]);
         out.push_str(&format!(
-            "| {} | {} | `{}` | {} | {} | {} | **{}** | {} |\n",
+            "| {} | {} |\n",
             row.order.map(|o| o.to_string()).unwrap_or_default(),
-            escape(&c[0]),
-            c[1],
-            c[2],
-            c[3],
-            c[4],
-            escape(&c[5]),
-            escape(&c[6]),
+            c.join(" | ")
         ));
     }
     out

@@ -38,6 +38,7 @@ fn fixture() -> (Plan, Vec<Outcome>) {
             threshold: Some(435 << 20),
             missing: 0,
         }),
+        group: None,
         seen_restarted_at: None,
         timeout: None,
         on_revert: OnRevert::Fail,
@@ -48,6 +49,7 @@ fn fixture() -> (Plan, Vec<Outcome>) {
         now: t("2026-12-02T16:20:51Z"),
         bounces: vec![bounce("fetch", 501 << 20), bounce("github", 480 << 20)],
         skips: vec![Skip {
+            group: None,
             policy: "api".into(),
             target: target(Kind::Deployment, "shop", "leaky-api"),
             pods: 3,
@@ -84,7 +86,7 @@ fn fixture() -> (Plan, Vec<Outcome>) {
             finished: None,
             verification: None,
             last_confirmed: None,
-            ..outcome("github", Status::NotAttempted, 0)
+            ..outcome("github", Status::NotAttempted(None), 0)
         },
     ];
     (plan, outcomes)
@@ -103,6 +105,40 @@ api     deployment/shop/leaky-api    3     86Mi / 1Gi                    -      
 1 bounced, 0 failed, 1 not attempted, 1 skipped
 ";
     assert_eq!(got, want, "\n{got}");
+}
+
+#[test]
+fn a_restart_group_is_a_column_in_table_and_markdown_and_a_field_in_json() {
+    let (mut plan, mut outcomes) = fixture();
+    let group = crate::core::group::Group {
+        label: "toolhive-name".into(),
+        value: "fetch".into(),
+    };
+    for b in &mut plan.bounces {
+        b.group = Some(group.clone());
+    }
+    outcomes[1].status = Status::NotAttempted(Some(plan.bounces[0].target.clone()));
+    let report = build(&plan, Mode::Run, Some(&outcomes));
+    let got = table(&report);
+    let want = "\
+POLICY  WORKLOAD                     GROUP                PODS  MEMORY (MAX POD / THRESHOLD)  TRIGGER  DECISION        REASON
+mcp     statefulset/toolhive/fetch   toolhive-name=fetch  1     501Mi / 435Mi                 memory   bounced (9.0s)  memory (fetch-0 501Mi > 435Mi); restartedAt intact, 1/1 pods new and ready
+mcp     statefulset/toolhive/github  toolhive-name=fetch  1     480Mi / 435Mi                 memory   notAttempted    not attempted: statefulset/toolhive/fetch of its group was not bounced
+api     deployment/shop/leaky-api    -                    3     86Mi / 1Gi                    -        skip            deployment is paused
+";
+    assert!(got.starts_with(want), "\n{got}");
+    let md = markdown(&report);
+    assert!(
+        md.contains("| # | Policy | Workload | Group | Pods |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| 1 | mcp | `statefulset/toolhive/fetch` | toolhive-name=fetch | 1 |"),
+        "{md}"
+    );
+    let json: serde_json::Value = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["rows"][0]["group"], "toolhive-name=fetch");
+    assert!(json["rows"][2]["group"].is_null());
 }
 
 #[test]

@@ -103,11 +103,17 @@ pub enum Status {
     /// The run was asked to stop (SIGTERM, or the lock was lost: the text says which) during
     /// this bounce or right before it; nothing new is started after that.
     Interrupted(String),
-    /// Not tried because an earlier bounce halted the queue.
-    NotAttempted,
+    /// Not tried: an earlier bounce halted the queue (None), or a member of its restart group
+    /// before it was not bounced (that member).
+    NotAttempted(Option<WorkloadRef>),
 }
 
 impl Status {
+    /// The workload's pods were replaced (by the rollout, or by evictions after a revert).
+    pub fn bounced(&self) -> bool {
+        matches!(self, Status::Bounced | Status::RevertedEvicted { .. })
+    }
+
     pub fn halts(&self) -> bool {
         matches!(
             self,
@@ -123,7 +129,7 @@ impl Status {
             Status::Skipped(_) => "skipped",
             Status::Failed(_) => "failed",
             Status::Interrupted(_) => "interrupted",
-            Status::NotAttempted => "notAttempted",
+            Status::NotAttempted(_) => "notAttempted",
         }
     }
 }
@@ -156,6 +162,6 @@ pub fn attempt_outcome(status: &Status) -> AttemptOutcome {
         Status::RevertedEvicted { .. } => AttemptOutcome::RevertedEvicted,
         Status::Reverted { .. } => AttemptOutcome::Reverted,
         Status::Interrupted(_) => AttemptOutcome::Interrupted,
-        Status::Failed(_) | Status::Skipped(_) | Status::NotAttempted => AttemptOutcome::Failed,
+        Status::Failed(_) | Status::Skipped(_) | Status::NotAttempted(_) => AttemptOutcome::Failed,
     }
 }

@@ -1,19 +1,19 @@
 //! The planner: a pure function from policies, inventory and `now` to an ordered plan in which
 //! every workload a policy selects is either a bounce or a skip with its reason.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::core::literals::EXCLUDE_ANNOTATION;
+pub use crate::core::gates::{cooldown, identity_gates, oldest_start, preflight};
+use crate::core::group::{self, Group};
 use crate::core::mark::AttemptMark;
 use crate::core::memory::{self, Evaluation, MemoryReading, MemoryState};
 pub use crate::core::model::Method;
-use crate::core::model::{Inventory, Kind, Pdb, UpdateStrategy, Workload, WorkloadRef};
-use crate::core::policy::{OnRevert, Policy, RestartMethod};
+use crate::core::model::{Inventory, Kind, Workload, WorkloadRef};
+use crate::core::policy::{OnRevert, Policy};
 use crate::core::reasons::{NotDue, SkipReason, Trigger};
-use crate::core::rollout::{self, RolloutState};
 use crate::core::schedule::ScheduleVerdict;
 
 #[derive(Debug, Clone)]
@@ -24,6 +24,8 @@ pub struct Bounce {
     pub triggers: Vec<Trigger>,
     pub pods: usize,
     pub memory: Option<MemoryReading>,
+    /// The restart group it is bounced with, if its policy groups.
+    pub group: Option<Group>,
     /// The restartedAt annotation the plan saw; a different one before acting means someone
     /// else restarted the workload meanwhile.
     pub seen_restarted_at: Option<DateTime<Utc>>,
@@ -39,6 +41,7 @@ pub struct Skip {
     pub target: WorkloadRef,
     pub pods: usize,
     pub memory: Option<MemoryReading>,
+    pub group: Option<Group>,
     pub reason: SkipReason,
 }
 
@@ -63,6 +66,23 @@ struct Candidate {
     oldest: Option<DateTime<Utc>>,
 }
 
+/// What the caps count as one: a workload, or a restart group with its members in order.
+struct Unit {
+    members: Vec<Bounce>,
+    urgency: Option<f64>,
+    oldest: Option<DateTime<Utc>>,
+}
+
+impl Unit {
+    fn of(candidates: Vec<Candidate>) -> Unit {
+        Unit {
+            urgency: candidates.iter().filter_map(|c| c.urgency).reduce(f64::max),
+            oldest: candidates.iter().filter_map(|c| c.oldest).min(),
+            members: candidates.into_iter().map(|c| c.bounce).collect(),
+        }
+    }
+}
+
 /// Decides the whole run. Policies are visited by name so the result is deterministic.
 pub fn plan(
     policies: &[Policy],
@@ -77,9 +97,10 @@ pub fn plan(
         crate::core::model::MetricsState::Unavailable(why) => Some(why.clone()),
     };
 
-    let mut candidates = Vec::new();
+    let mut units = Vec::new();
     let mut skips = Vec::new();
     for policy in &policies {
+        let mut decided = Vec::new();
         for workload in &inventory.workloads {
             if !selects(policy, workload) {
                 continue;
@@ -91,33 +112,15 @@ pub fn plan(
                 &inventory.metrics,
                 now,
             );
-            match decide(policy, workload, memory, inventory, now) {
-                Ok((method, triggers, urgency)) => candidates.push(Candidate {
-                    bounce: Bounce {
-                        policy: policy.name.clone(),
-                        target: workload.target.clone(),
-                        method,
-                        triggers,
-                        pods: workload.pods.len(),
-                        memory: reading,
-                        seen_restarted_at: workload.restarted_at,
-                        timeout: policy.restart.timeout,
-                        on_revert: policy.restart.on_revert,
-                        allow_downtime: policy.allow_downtime,
-                        cooldown: policy.cooldown,
-                    },
-                    urgency,
-                    oldest: oldest_start(workload),
-                }),
-                Err(reason) => skips.push(Skip {
-                    policy: policy.name.clone(),
-                    target: workload.target.clone(),
-                    pods: workload.pods.len(),
-                    memory: reading,
-                    reason,
-                }),
-            }
+            let decision = match decide(policy, workload, memory, inventory, now) {
+                Ok((method, triggers, urgency)) => Ok(candidate(
+                    policy, workload, method, triggers, reading, urgency,
+                )),
+                Err(reason) => Err(skip(policy, workload, reading, reason)),
+            };
+            decided.push((workload, decision));
         }
+        group_units(policy, decided, inventory, now, &mut units, &mut skips);
         for pod in &inventory.unsupported {
             let in_scope =
                 policy.namespaces.is_empty() || policy.namespaces.contains(&pod.namespace);
@@ -131,6 +134,7 @@ pub fn plan(
                     },
                     pods: 1,
                     memory: None,
+                    group: None,
                     reason: SkipReason::UnsupportedOwner {
                         kind: pod.owner_kind.clone(),
                         name: pod.owner_name.clone(),
@@ -141,50 +145,61 @@ pub fn plan(
     }
 
     // Most urgent first: highest memory/threshold ratio, then the oldest pods, then by name.
-    candidates.sort_by(|a, b| {
+    units.sort_by(|a, b| {
+        let (x, y) = (&a.members[0], &b.members[0]);
         b.urgency
             .unwrap_or(0.0)
             .total_cmp(&a.urgency.unwrap_or(0.0))
             .then_with(|| cmp_oldest(a.oldest, b.oldest))
-            .then_with(|| a.bounce.target.namespace.cmp(&b.bounce.target.namespace))
-            .then_with(|| a.bounce.target.name.cmp(&b.bounce.target.name))
-            .then_with(|| a.bounce.policy.cmp(&b.bounce.policy))
+            .then_with(|| x.target.namespace.cmp(&y.target.namespace))
+            .then_with(|| x.target.name.cmp(&y.target.name))
+            .then_with(|| x.policy.cmp(&y.policy))
     });
 
     let mut bounces: Vec<Bounce> = Vec::new();
+    let mut slots = 0;
     let mut per_policy: BTreeMap<String, u32> = BTreeMap::new();
     let max_per_run: BTreeMap<&str, Option<u32>> = policies
         .iter()
         .map(|p| (p.name.as_str(), p.max_per_run))
         .collect();
     let mut chosen: BTreeMap<WorkloadRef, String> = BTreeMap::new();
-    for c in candidates {
-        let b = c.bounce;
-        let reason = if let Some(by) = chosen.get(&b.target) {
-            Some(SkipReason::Claimed { policy: by.clone() })
-        } else if let Some(max) = max_per_run[b.policy.as_str()]
-            .filter(|max| per_policy.get(&b.policy).copied().unwrap_or(0) >= *max)
+    for unit in units {
+        let policy = unit.members[0].policy.clone();
+        let claimed = unit
+            .members
+            .iter()
+            .find_map(|b| Some((b.target.clone(), chosen.get(&b.target)?.clone())));
+        let reason = if let Some((member, by)) = claimed {
+            Some((Some(member), SkipReason::Claimed { policy: by }))
+        } else if let Some(max) = max_per_run[policy.as_str()]
+            .filter(|max| per_policy.get(&policy).copied().unwrap_or(0) >= *max)
         {
-            Some(SkipReason::PolicyCap { max })
-        } else if bounces.len() >= limits.max_bounces {
-            Some(SkipReason::GlobalCap {
-                max: limits.max_bounces,
-            })
+            Some((None, SkipReason::PolicyCap { max }))
+        } else if slots >= limits.max_bounces {
+            let max = limits.max_bounces;
+            Some((None, SkipReason::GlobalCap { max }))
         } else {
             None
         };
         match reason {
-            Some(reason) => skips.push(Skip {
-                policy: b.policy,
-                target: b.target,
-                pods: b.pods,
-                memory: b.memory,
-                reason,
-            }),
+            Some((member, reason)) => skips.extend(unit.members.into_iter().map(|b| {
+                let reason = match &member {
+                    Some(m) if *m != b.target => SkipReason::GroupHeld {
+                        member: m.clone(),
+                        reason: Box::new(reason.clone()),
+                    },
+                    _ => reason.clone(),
+                };
+                skip_of(b, reason)
+            })),
             None => {
-                *per_policy.entry(b.policy.clone()).or_default() += 1;
-                chosen.insert(b.target.clone(), b.policy.clone());
-                bounces.push(b);
+                slots += 1;
+                *per_policy.entry(policy).or_default() += 1;
+                for b in unit.members {
+                    chosen.insert(b.target.clone(), b.policy.clone());
+                    bounces.push(b);
+                }
             }
         }
     }
@@ -194,6 +209,135 @@ pub fn plan(
         bounces,
         skips,
         metrics_unavailable,
+    }
+}
+
+fn candidate(
+    policy: &Policy,
+    w: &Workload,
+    method: Method,
+    triggers: Vec<Trigger>,
+    reading: Option<MemoryReading>,
+    urgency: Option<f64>,
+) -> Candidate {
+    Candidate {
+        bounce: Bounce {
+            policy: policy.name.clone(),
+            target: w.target.clone(),
+            method,
+            triggers,
+            pods: w.pods.len(),
+            memory: reading,
+            group: group::of(policy, w),
+            seen_restarted_at: w.restarted_at,
+            timeout: policy.restart.timeout,
+            on_revert: policy.restart.on_revert,
+            allow_downtime: policy.allow_downtime,
+            cooldown: policy.cooldown,
+        },
+        urgency,
+        oldest: oldest_start(w),
+    }
+}
+
+fn skip(policy: &Policy, w: &Workload, reading: Option<MemoryReading>, reason: SkipReason) -> Skip {
+    Skip {
+        policy: policy.name.clone(),
+        target: w.target.clone(),
+        pods: w.pods.len(),
+        memory: reading,
+        group: group::of(policy, w),
+        reason,
+    }
+}
+
+fn skip_of(b: Bounce, reason: SkipReason) -> Skip {
+    Skip {
+        policy: b.policy,
+        target: b.target,
+        pods: b.pods,
+        memory: b.memory,
+        group: b.group,
+        reason,
+    }
+}
+
+type Decided<'a> = (&'a Workload, Result<Candidate, Skip>);
+
+/// Turns one policy's decisions into units: a workload outside any group is its own unit; a
+/// group is a unit when one of its members is due and every other member could be bounced now
+/// (a member that is not due joins the bounce), and is skipped as a whole, naming the member
+/// that holds it, otherwise.
+fn group_units(
+    policy: &Policy,
+    decided: Vec<Decided>,
+    inv: &Inventory,
+    now: DateTime<Utc>,
+    units: &mut Vec<Unit>,
+    skips: &mut Vec<Skip>,
+) {
+    let mut groups: BTreeMap<(String, group::Group), Vec<Decided>> = BTreeMap::new();
+    for (w, decision) in decided {
+        let member = group::of(policy, w)
+            .filter(|_| !matches!(&decision, Err(s) if group::leaves_out(&s.reason)));
+        match (member, decision) {
+            (Some(g), decision) => groups
+                .entry((w.target.namespace.clone(), g))
+                .or_default()
+                .push((w, decision)),
+            (None, Ok(c)) => units.push(Unit::of(vec![c])),
+            (None, Err(s)) => skips.push(s),
+        }
+    }
+    for (_, mut members) in groups {
+        members.sort_by(|(a, _), (b, _)| {
+            (group::rank(a.target.kind), &a.target.name)
+                .cmp(&(group::rank(b.target.kind), &b.target.name))
+        });
+        let Some(due) = members
+            .iter()
+            .find_map(|(_, d)| Some(d.as_ref().ok()?.bounce.target.clone()))
+        else {
+            skips.extend(members.into_iter().filter_map(|(_, d)| d.err()));
+            continue;
+        };
+        let mut held: Option<(WorkloadRef, SkipReason)> = None;
+        let mut joined = Vec::new();
+        for (w, decision) in members {
+            let decision = match decision {
+                Err(s) if matches!(s.reason, SkipReason::NotDue(_)) => {
+                    match cooldown(policy, w, now).and_then(|()| preflight(policy, w, &inv.pdbs)) {
+                        Ok(method) => {
+                            let triggers = vec![Trigger::Group { due: due.clone() }];
+                            Ok(candidate(policy, w, method, triggers, s.memory, None))
+                        }
+                        Err(reason) => Err(Skip { reason, ..s }),
+                    }
+                }
+                other => other,
+            };
+            if let Err(s) = &decision {
+                held.get_or_insert_with(|| (s.target.clone(), s.reason.clone()));
+            }
+            joined.push(decision);
+        }
+        let Some((member, reason)) = held else {
+            units.push(Unit::of(joined.into_iter().flatten().collect()));
+            continue;
+        };
+        skips.extend(joined.into_iter().map(|d| match d {
+            Err(s) if s.target == member => s,
+            d => {
+                let reason = SkipReason::GroupHeld {
+                    member: member.clone(),
+                    reason: Box::new(reason.clone()),
+                };
+                match d {
+                    Ok(c) => skip_of(c.bounce, reason),
+                    Err(s) => Skip { reason, ..s },
+                }
+            }
+        }));
     }
 }
 
@@ -237,32 +381,6 @@ fn decide(
     cooldown(policy, w, now)?;
     let method = preflight(policy, w, &inv.pdbs)?;
     Ok((method, triggers, urgency))
-}
-
-/// Opt-outs and things bouncer never restarts.
-pub fn identity_gates(
-    policy: &Policy,
-    w: &Workload,
-    excluded_ns: &BTreeSet<String>,
-) -> Result<(), SkipReason> {
-    if excluded_ns.contains(&w.target.namespace) {
-        return Err(SkipReason::NamespaceExcluded);
-    }
-    if w.annotations
-        .get(EXCLUDE_ANNOTATION)
-        .is_some_and(|v| v == "true")
-    {
-        return Err(SkipReason::Excluded);
-    }
-    if w.mirror {
-        return Err(SkipReason::MirrorPod);
-    }
-    if !policy.kinds.contains(&w.target.kind) {
-        return Err(SkipReason::KindNotSelected {
-            kind: w.target.kind,
-        });
-    }
-    Ok(())
 }
 
 fn triggers(
@@ -313,109 +431,6 @@ fn triggers(
     }
 }
 
-/// Skip while the last restart (ours, kubectl's, or a fresh deploy) or bouncer's last attempt
-/// (whatever its method and outcome) is younger than the cooldown.
-pub fn cooldown(policy: &Policy, w: &Workload, now: DateTime<Utc>) -> Result<(), SkipReason> {
-    let last = [w.restarted_at, oldest_start(w), w.attempt.time()]
-        .into_iter()
-        .flatten()
-        .max();
-    if let Some(last) = last {
-        let until =
-            last + chrono::Duration::from_std(policy.cooldown).unwrap_or(chrono::TimeDelta::MAX);
-        if now < until {
-            return Err(SkipReason::Cooldown { last, until });
-        }
-    }
-    Ok(())
-}
-
-/// Safety checks on the workload's current state; also re-run on a fresh read before acting.
-pub fn preflight(policy: &Policy, w: &Workload, pdbs: &[Pdb]) -> Result<Method, SkipReason> {
-    let method = method_for(policy, w)?;
-    if w.paused {
-        return Err(SkipReason::Paused);
-    }
-    // A held partition is an operator's staged rollout: restarting would roll only part of the
-    // workload, and the held pods would keep it due forever.
-    let partition = w.status.rolling_update.partition();
-    if w.target.kind == Kind::StatefulSet && partition > 0 {
-        return Err(SkipReason::Partitioned { partition });
-    }
-    // OnDelete workloads always look rolled out; their updated count tells whether every pod
-    // runs the current template. Evicting the others would deploy a change nobody rolled out.
-    if method == Method::Evict
-        && matches!(w.target.kind, Kind::StatefulSet | Kind::DaemonSet)
-        && (w.status.updated < w.status.desired
-            || w.status.generation > w.status.observed_generation)
-    {
-        return Err(SkipReason::PendingTemplate {
-            updated: w.status.updated,
-            desired: w.status.desired,
-        });
-    }
-    if w.target.kind == Kind::Pod {
-        let pod = &w.pods[0];
-        if pod.deleting || !pod.ready {
-            return Err(SkipReason::NotAvailable {
-                ready: 0,
-                desired: 1,
-            });
-        }
-    } else {
-        if let RolloutState::InProgress(detail) | RolloutState::Failed(detail) =
-            rollout::state(w.target.kind, w.strategy, &w.status)
-        {
-            return Err(SkipReason::RolloutInProgress { detail });
-        }
-        let ready = w.pods.iter().filter(|p| p.ready && !p.deleting).count() as i32;
-        if w.status.available.min(ready) < w.status.desired {
-            return Err(SkipReason::NotAvailable {
-                ready: w.status.available.min(ready),
-                desired: w.status.desired,
-            });
-        }
-    }
-    let stays_ready = match method {
-        Method::Rollout => w.min_ready_during_restart,
-        Method::Evict => w.pods.iter().filter(|p| p.ready).count() as i32 - 1,
-    };
-    if stays_ready < 1 && !policy.allow_downtime {
-        return Err(SkipReason::Downtime);
-    }
-    if method == Method::Evict {
-        for pdb in pdbs.iter().filter(|p| p.namespace == w.target.namespace) {
-            if pdb.disruptions_allowed < 1 && w.pods.iter().any(|p| pdb.selector.matches(&p.labels))
-            {
-                return Err(SkipReason::PdbBlocks {
-                    name: pdb.name.clone(),
-                });
-            }
-        }
-    }
-    Ok(method)
-}
-
-fn method_for(policy: &Policy, w: &Workload) -> Result<Method, SkipReason> {
-    let rolls = match w.target.kind {
-        Kind::Pod => false,
-        Kind::Deployment => true,
-        Kind::StatefulSet | Kind::DaemonSet => w.strategy != UpdateStrategy::OnDelete,
-    };
-    match (policy.restart.method, rolls) {
-        (RestartMethod::Evict, _) | (RestartMethod::Auto, false) => Ok(Method::Evict),
-        (RestartMethod::Rollout, false) if w.target.kind == Kind::Pod => {
-            Err(SkipReason::BarePodNoRollout)
-        }
-        (RestartMethod::Rollout, false) => Err(SkipReason::OnDelete),
-        (_, true) => Ok(Method::Rollout),
-    }
-}
-
-pub fn oldest_start(w: &Workload) -> Option<DateTime<Utc>> {
-    w.pods.iter().filter_map(|p| p.started).min()
-}
-
 fn cmp_oldest(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> std::cmp::Ordering {
     match (a, b) {
         (Some(a), Some(b)) => a.cmp(&b),
@@ -428,3 +443,7 @@ fn cmp_oldest(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> std::cmp::O
 #[cfg(test)]
 #[path = "plan_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "group_tests.rs"]
+mod group_tests;

@@ -6,24 +6,26 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::*;
-use crate::core::model::{ContainerSample, MetricsState, PodSample, RolloutStatus, Unsupported};
-use crate::core::policy::{MemoryTrigger, Restart, Selector, Threshold};
+use crate::core::model::{
+    ContainerSample, MetricsState, Pdb, PodSample, RolloutStatus, Unsupported, UpdateStrategy,
+};
+use crate::core::policy::{MemoryTrigger, Restart, RestartMethod, Selector, Threshold};
 use crate::core::schedule::Schedule;
 
-const MI: u64 = 1 << 20;
+pub(super) const MI: u64 = 1 << 20;
 
-fn t(s: &str) -> DateTime<Utc> {
+pub(super) fn t(s: &str) -> DateTime<Utc> {
     s.parse().unwrap()
 }
 
-fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+pub(super) fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
 
-fn policy(name: &str, app: &str) -> Policy {
+pub(super) fn policy(name: &str, app: &str) -> Policy {
     Policy {
         name: name.into(),
         source: "test.yaml".into(),
@@ -33,6 +35,7 @@ fn policy(name: &str, app: &str) -> Policy {
             match_expressions: vec![],
         },
         kinds: Kind::ALL.to_vec(),
+        group_by: None,
         schedule: None,
         memory: None,
         windows: vec![],
@@ -47,13 +50,13 @@ fn policy(name: &str, app: &str) -> Policy {
     }
 }
 
-fn nightly(mut p: Policy) -> Policy {
+pub(super) fn nightly(mut p: Policy) -> Policy {
     p.schedule =
         Some(Schedule::new("0 3 * * *", chrono_tz::UTC, Duration::from_secs(7200)).unwrap());
     p
 }
 
-fn over(mut p: Policy, mib: u64) -> Policy {
+pub(super) fn over(mut p: Policy, mib: u64) -> Policy {
     p.memory = Some(MemoryTrigger {
         threshold: Threshold::Bytes(mib * MI),
         container: None,
@@ -61,7 +64,7 @@ fn over(mut p: Policy, mib: u64) -> Policy {
     p
 }
 
-fn pod(name: &str, app: &str, started: &str, usage_mib: Option<u64>) -> PodSample {
+pub(super) fn pod(name: &str, app: &str, started: &str, usage_mib: Option<u64>) -> PodSample {
     PodSample {
         name: name.into(),
         uid: format!("uid-{name}"),
@@ -79,7 +82,7 @@ fn pod(name: &str, app: &str, started: &str, usage_mib: Option<u64>) -> PodSampl
     }
 }
 
-fn deployment(ns: &str, name: &str, app: &str, pods: Vec<PodSample>) -> Workload {
+pub(super) fn deployment(ns: &str, name: &str, app: &str, pods: Vec<PodSample>) -> Workload {
     let n = pods.len() as i32;
     Workload {
         target: WorkloadRef {
@@ -114,7 +117,7 @@ fn deployment(ns: &str, name: &str, app: &str, pods: Vec<PodSample>) -> Workload
     }
 }
 
-fn inventory(workloads: Vec<Workload>) -> Inventory {
+pub(super) fn inventory(workloads: Vec<Workload>) -> Inventory {
     Inventory {
         workloads,
         unsupported: vec![],
@@ -124,18 +127,18 @@ fn inventory(workloads: Vec<Workload>) -> Inventory {
     }
 }
 
-const NOW: &str = "2026-03-10T03:30:00Z";
-const OLD: &str = "2026-03-09T10:00:00Z";
+pub(super) const NOW: &str = "2026-03-10T03:30:00Z";
+pub(super) const OLD: &str = "2026-03-09T10:00:00Z";
 
-fn run(policies: &[Policy], inv: &Inventory) -> Plan {
+pub(super) fn run(policies: &[Policy], inv: &Inventory) -> Plan {
     plan(policies, inv, t(NOW), &Limits { max_bounces: 10 })
 }
 
-fn names(p: &Plan) -> Vec<String> {
+pub(super) fn names(p: &Plan) -> Vec<String> {
     p.bounces.iter().map(|b| b.target.name.clone()).collect()
 }
 
-fn reason_of<'a>(p: &'a Plan, name: &str) -> &'a SkipReason {
+pub(super) fn reason_of<'a>(p: &'a Plan, name: &str) -> &'a SkipReason {
     &p.skips
         .iter()
         .find(|s| s.target.name == name)
@@ -499,7 +502,7 @@ fn unsupported_owners_and_unlisted_kinds_are_reported() {
 }
 
 /// An OnDelete StatefulSet of `n` pods (all at the current template unless changed).
-fn statefulset(name: &str, n: usize, strategy: UpdateStrategy) -> Workload {
+pub(super) fn statefulset(name: &str, n: usize, strategy: UpdateStrategy) -> Workload {
     let pods = (0..n)
         .map(|i| pod(&format!("{name}-{i}"), "x", OLD, Some(900)))
         .collect();

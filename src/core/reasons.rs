@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use crate::core::literals::rfc3339;
 
 use crate::core::memory::MemoryState;
-use crate::core::model::Kind;
+use crate::core::model::{Kind, WorkloadRef};
 use crate::core::quantity::format_bytes;
 use crate::core::schedule::ScheduleVerdict;
 
@@ -21,6 +21,10 @@ pub enum Trigger {
         usage: u64,
         threshold: u64,
     },
+    /// Not due itself, bounced because a member of its restart group is.
+    Group {
+        due: WorkloadRef,
+    },
 }
 
 impl Trigger {
@@ -28,6 +32,7 @@ impl Trigger {
         match self {
             Trigger::Schedule { .. } => "schedule",
             Trigger::Memory { .. } => "memory",
+            Trigger::Group { .. } => "group",
         }
     }
 }
@@ -48,6 +53,7 @@ impl fmt::Display for Trigger {
                     format_bytes(*threshold)
                 )
             }
+            Trigger::Group { due } => write!(f, "group ({due} is due)"),
         }
     }
 }
@@ -122,6 +128,11 @@ pub enum SkipReason {
     ReadFailed {
         error: String,
     },
+    /// A member of the workload's restart group cannot be bounced, so none of the group is.
+    GroupHeld {
+        member: WorkloadRef,
+        reason: Box<SkipReason>,
+    },
 }
 
 impl SkipReason {
@@ -150,6 +161,7 @@ impl SkipReason {
             SkipReason::BadAttemptMark { .. } => "badAttemptMark",
             SkipReason::RestartedMeanwhile => "restartedMeanwhile",
             SkipReason::ReadFailed { .. } => "readFailed",
+            SkipReason::GroupHeld { .. } => "groupHeld",
         }
     }
 }
@@ -218,6 +230,9 @@ impl fmt::Display for SkipReason {
             SkipReason::RestartedMeanwhile => write!(f, "restarted by someone else since the plan"),
             SkipReason::ReadFailed { error } => {
                 write!(f, "could not re-read before acting: {error}")
+            }
+            SkipReason::GroupHeld { member, reason } => {
+                write!(f, "group held by {member}: {reason}")
             }
         }
     }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::core::model::Kind;
+use crate::core::model::{Kind, WorkloadRef};
 use crate::core::reasons::{NotDue, SkipReason};
 use crate::notify::tests::{quiet_report, report, row};
 
@@ -176,6 +176,14 @@ fn every_skip_reason() -> Vec<SkipReason> {
         SkipReason::ReadFailed {
             error: String::new(),
         },
+        SkipReason::GroupHeld {
+            member: WorkloadRef {
+                kind: Kind::StatefulSet,
+                namespace: "ns".into(),
+                name: "db".into(),
+            },
+            reason: Box::new(SkipReason::Paused),
+        },
     ];
     for r in &all {
         match r {
@@ -201,7 +209,8 @@ fn every_skip_reason() -> Vec<SkipReason> {
             | SkipReason::Claimed { .. }
             | SkipReason::BadAttemptMark { .. }
             | SkipReason::RestartedMeanwhile
-            | SkipReason::ReadFailed { .. } => {}
+            | SkipReason::ReadFailed { .. }
+            | SkipReason::GroupHeld { .. } => {}
         }
     }
     all

@@ -334,30 +334,33 @@ fn row_of<'a>(run: &'a Bounced, kind: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no row for {kind} {name}: {}", report(run)))
 }
 
-/// The mcp-servers-memory policy selects an MCPServer's proxy pods by the labels the operator
-/// puts on them (`toolhive`, `toolhive-name`) and the backend StatefulSet's by the runner's, and
-/// bounces only the workload over 85% of its limit.
-#[tokio::test]
-async fn toolhive_mcp_server_bounced_on_memory_by_its_operator_labels() {
-    let client = client().await;
-    let ns = TestNs::new(&client, "th-memory").await;
-    let n = ns.name();
+/// Two MCPServers of the real operator, `fetch` and `github`, each a proxy Deployment (the
+/// operator's) and a backend StatefulSet (as its runner applies it); `backend` goes on the
+/// StatefulSets' pods. The fetch proxy is modelled at 470Mi of its 512Mi limit (92%, over the
+/// policy's 85%), everything else at 40Mi. Returns the operator (kept running) and the proxy's
+/// pods once metrics-server reports them over the threshold.
+async fn two_mcp_servers(
+    client: &Client,
+    n: &str,
+    backend: &BTreeMap<String, String>,
+) -> ToolHiveOperator {
     let operator = ToolHiveOperator::start(TOOLHIVE_FIXED, n)
         .await
         .unwrap_or_else(|e| panic!("operator: {e:#}"));
-    or_log(mcp_group(&client, n, "tools").await, &operator);
+    or_log(mcp_group(client, n, "tools").await, &operator);
     let base = |q: &str| BTreeMap::from([(MEMORY_BASE.to_string(), q.to_string())]);
-    // 470Mi of a 512Mi limit is 92%, over the policy's 85%; 40Mi is not.
     or_log(
-        mcp_server(&client, n, "fetch", "tools", &base("470Mi")).await,
+        mcp_server(client, n, "fetch", "tools", &base("470Mi")).await,
         &operator,
     );
     or_log(
-        mcp_server(&client, n, "github", "tools", &base("40Mi")).await,
+        mcp_server(client, n, "github", "tools", &base("40Mi")).await,
         &operator,
     );
+    let mut annotations = base("40Mi");
+    annotations.extend(backend.clone());
     for name in ["fetch", "github"] {
-        let sts = apply_runner_statefulset(&client, n, name, &base("40Mi"), "512Mi").await;
+        let sts = apply_runner_statefulset(client, n, name, &annotations, "512Mi").await;
         or_log(sts, &operator);
     }
     for (kind, name) in [
@@ -367,19 +370,12 @@ async fn toolhive_mcp_server_bounced_on_memory_by_its_operator_labels() {
         (Kind::StatefulSet, "github"),
     ] {
         or_log(
-            wait_rollout_complete(&client, kind, n, name, READY).await,
+            wait_rollout_complete(client, kind, n, name, READY).await,
             &operator,
         );
     }
     let proxy = or_log(
-        wait_pods_ready(
-            &client,
-            n,
-            "app.kubernetes.io/instance=fetch,toolhive-name=fetch",
-            1,
-            READY,
-        )
-        .await,
+        wait_pods_ready(client, n, PROXY_PODS, 1, READY).await,
         &operator,
     );
     let labels = proxy[0].metadata.labels.clone().unwrap_or_default();
@@ -391,34 +387,122 @@ async fn toolhive_mcp_server_bounced_on_memory_by_its_operator_labels() {
         (Some("true"), Some("mcpserver")),
         "the operator labels the proxy pods: {labels:?}"
     );
-    wait_over(&client, n, &proxy, 512 * MI * 85 / 100).await;
+    wait_over(client, n, &proxy, 512 * MI * 85 / 100).await;
+    operator
+}
+
+/// fetch's proxy pods (the operator's labels) and backend pods (the runner's).
+const PROXY_PODS: &str = "app.kubernetes.io/instance=fetch,toolhive-name=fetch";
+const BACKEND_PODS: &str = "toolhive-basename=fetch";
+
+/// The mcp-servers-memory policy selects an MCPServer's proxy pods by the labels the operator
+/// puts on them (`toolhive`, `toolhive-name`) and the backend StatefulSet's by the runner's, and
+/// restarts the MCP server whose proxy is over 85% of its limit as one group: the backend
+/// StatefulSet first, then the proxy Deployment, which then connects to the new backend.
+#[tokio::test]
+async fn toolhive_mcp_server_bounced_on_memory_as_one_group_backend_first() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "th-memory").await;
+    let n = ns.name();
+    let _operator = two_mcp_servers(&client, n, &BTreeMap::new()).await;
     let policy = example_policy("mcp-servers-memory.yaml", "toolhive", n);
     let policies = Policies::new(&[("mcp-servers-memory.yaml", &policy)]);
-    let before = pod_uids(&client, n, "app.kubernetes.io/instance=fetch").await;
+    let proxy_before = pod_uids(&client, n, PROXY_PODS).await;
+    let backend_before = pod_uids(&client, n, BACKEND_PODS).await;
+
+    let run = run_with_table(&policies, n, "MCPServer group").await;
+    assert_eq!(run.code, 0, "{}", report(&run));
+    let queue: Vec<(&str, &str, &str)> = run
+        .rows()
+        .into_iter()
+        .filter(|r| !r["order"].is_null())
+        .map(|r| {
+            (
+                r["workload"]["kind"].as_str().unwrap_or_default(),
+                r["workload"]["name"].as_str().unwrap_or_default(),
+                r["decision"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        queue,
+        [
+            ("StatefulSet", "fetch", "bounced"),
+            ("Deployment", "fetch", "bounced")
+        ],
+        "{}",
+        report(&run)
+    );
+    let backend = row_of(&run, "StatefulSet", "fetch");
+    let proxy = row_of(&run, "Deployment", "fetch");
+    assert_eq!(backend["triggers"][0]["type"], "group", "{backend:#}");
+    assert_eq!(proxy["triggers"][0]["type"], "memory", "{proxy:#}");
+    for row in [backend, proxy] {
+        assert_eq!(row["group"], "toolhive-name=fetch", "{row:#}");
+    }
+    // One after the other: the proxy is patched only once the backend's rollout completed.
+    let completed = time_of(backend, "completedAt");
+    assert!(
+        completed <= time_of(proxy, "patchedAt"),
+        "{backend:#} {proxy:#}"
+    );
+    for kind in ["Deployment", "StatefulSet"] {
+        let row = row_of(&run, kind, "github");
+        assert_eq!(row["decision"], "skip", "{kind} github is not due: {row:#}");
+        assert_eq!(row["reasonCode"], "notDue", "{row:#}");
+        assert_eq!(row["group"], "toolhive-name=github", "{row:#}");
+    }
+    for (pods, before) in [(PROXY_PODS, proxy_before), (BACKEND_PODS, backend_before)] {
+        let after = pod_uids(&client, n, pods).await;
+        assert!(
+            after.iter().all(|u| !before.contains(u)),
+            "{pods}: {before:?} -> {after:?}"
+        );
+    }
+    eprintln!(
+        "toolhive {TOOLHIVE_FIXED}: MCPServer restarted as one group: backend in {}s, then proxy in {}s",
+        backend["durationSeconds"], proxy["durationSeconds"]
+    );
+}
+
+/// A group is halted as a whole: when its backend's rollout fails (its new pod starts slower
+/// than the policy's timeout), the proxy is not restarted, and the report says why.
+#[tokio::test]
+async fn toolhive_mcp_server_group_is_halted_when_its_backend_fails() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "th-group-fail").await;
+    let n = ns.name();
+    let slow = BTreeMap::from([(
+        "bouncer.dev/test-start-delay".to_string(),
+        "20s".to_string(),
+    )]);
+    let _operator = two_mcp_servers(&client, n, &slow).await;
+    let policy =
+        example_policy("mcp-servers-memory.yaml", "toolhive", n) + "  restart:\n    timeout: 5s\n";
+    let policies = Policies::new(&[("mcp-servers-memory.yaml", &policy)]);
+    let proxy_before = pod_uids(&client, n, PROXY_PODS).await;
 
     let run = bouncer(&["run"], &policies, n).await;
-    assert_eq!(run.code, 0, "{}", report(&run));
-    assert_eq!(run.bounced(), ["fetch"], "{}", report(&run));
-    let bounced = row_of(&run, "Deployment", "fetch");
-    assert_eq!(bounced["decision"], "bounced", "{bounced:#}");
-    assert_eq!(bounced["triggers"][0]["type"], "memory", "{bounced:#}");
-    for (kind, name) in [
-        ("StatefulSet", "fetch"),
-        ("Deployment", "github"),
-        ("StatefulSet", "github"),
-    ] {
-        let row = row_of(&run, kind, name);
-        assert_eq!(row["decision"], "skip", "{kind} {name} is not due: {row:#}");
-    }
-    let after = pod_uids(&client, n, "app.kubernetes.io/instance=fetch").await;
-    assert!(
-        after.iter().all(|u| !before.contains(u)),
-        "{before:?} -> {after:?}"
+    assert_eq!(run.code, 1, "{}", report(&run));
+    let backend = row_of(&run, "StatefulSet", "fetch");
+    let proxy = row_of(&run, "Deployment", "fetch");
+    assert_eq!(backend["decision"], "failed", "{backend:#}");
+    assert_eq!(backend["reasonCode"], "rolloutTimedOut", "{backend:#}");
+    assert_eq!(proxy["decision"], "notAttempted", "{proxy:#}");
+    assert!(proxy["patchedAt"].is_null(), "{proxy:#}");
+    assert_eq!(pod_uids(&client, n, PROXY_PODS).await, proxy_before);
+    assert_eq!(
+        restarted_at_of(&client, n, "fetch").await,
+        None,
+        "the proxy Deployment was not patched"
     );
-    eprintln!(
-        "toolhive {TOOLHIVE_FIXED}: MCPServer proxy bounced on memory in {}s",
-        bounced["durationSeconds"]
-    );
+}
+
+fn time_of(row: &Value, field: &str) -> DateTime<Utc> {
+    row[field]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no {field}: {row:#}"))
 }
 
 /// The MCPServer's own restart annotation on the resource, the operator's answer to "restart my

@@ -357,6 +357,7 @@ mod tests {
             mcp.memory.as_ref().map(|m| m.threshold),
             Some(Threshold::PercentOfLimit(85.0))
         );
+        assert_eq!(mcp.group_by.as_deref(), Some("toolhive-name"));
         assert_eq!(
             (mcp.max_per_run, mcp.cooldown),
             (Some(2), Duration::from_secs(6 * 3600))

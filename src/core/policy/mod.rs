@@ -30,6 +30,8 @@ pub struct Policy {
     /// Kinds of the owning workload this policy may bounce; never empty (defaults to
     /// the three controllers: `Pod` only when listed).
     pub kinds: Vec<Kind>,
+    /// `target.groupBy`: a pod-template label whose value makes a restart group.
+    pub group_by: Option<String>,
     pub schedule: Option<Schedule>,
     pub memory: Option<MemoryTrigger>,
     /// Memory-trigger windows; empty means any time.

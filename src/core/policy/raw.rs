@@ -72,6 +72,11 @@ pub struct RawTarget {
     /// DaemonSet). `Pod` means a pod without a controller, bounced only when listed: evicting a
     /// bare pod that nothing recreates removes it for good.
     pub kinds: Option<Vec<Kind>>,
+    /// A pod-template label key. The selected workloads of one namespace with the same value
+    /// are a restart group: bounced together when any of them is due, StatefulSets first, then
+    /// Deployments, then DaemonSets, counted once for the caps, and held as a whole when one of
+    /// them cannot be bounced or fails. A workload without the label is bounced alone.
+    pub group_by: Option<String>,
 }
 
 /// Selects pods by their labels, like `kubectl get pods -l`. Must not be empty.

@@ -89,7 +89,7 @@ pub(super) fn validate(raw: RawPolicy, check: &mut Check) -> Option<Policy> {
     labels(check, "metadata.labels", &metadata.labels, true);
     labels(check, "metadata.annotations", &metadata.annotations, false);
 
-    let (namespaces, selector, kinds) = target(check, spec.target);
+    let (namespaces, selector, kinds, group_by) = target(check, spec.target);
     let triggers = spec.triggers;
     if triggers.schedule.is_none() && triggers.memory.is_none() {
         check.at("spec.triggers", "no trigger: set schedule, memory or both");
@@ -138,6 +138,7 @@ pub(super) fn validate(raw: RawPolicy, check: &mut Check) -> Option<Policy> {
         namespaces,
         selector: selector?,
         kinds,
+        group_by,
         schedule: match schedule {
             Some(parsed) => Some(parsed?),
             None => None,
@@ -165,7 +166,9 @@ fn labels(check: &mut Check, field: &str, map: &BTreeMap<String, String>, check_
     }
 }
 
-fn target(check: &mut Check, target: RawTarget) -> (Vec<String>, Option<Selector>, Vec<Kind>) {
+type Target = (Vec<String>, Option<Selector>, Vec<Kind>, Option<String>);
+
+fn target(check: &mut Check, target: RawTarget) -> Target {
     let mut namespaces = Vec::new();
     for (i, ns) in target.namespaces.into_iter().flatten().enumerate() {
         if let Some(problem) = dns1123_label_problem(&ns) {
@@ -191,7 +194,14 @@ fn target(check: &mut Check, target: RawTarget) -> (Vec<String>, Option<Selector
             kinds
         }),
     };
-    (namespaces, selector, kinds)
+    if let Some((key, problem)) = target
+        .group_by
+        .as_ref()
+        .and_then(|key| Some((key, label_key_problem(key)?)))
+    {
+        check.bad("spec.target.groupBy", key, problem);
+    }
+    (namespaces, selector, kinds, target.group_by)
 }
 
 fn selector(check: &mut Check, raw: RawSelector) -> Option<Selector> {
@@ -549,6 +559,7 @@ mod tests {
             (r#"spec.target.selector.matchLabels: "-app": label key name part must"#, |d| d["spec"]["target"]["selector"]["matchLabels"] = json!({"-app": "web"})),
             (r#"spec.target.selector.matchLabels[app]: "web shop": label value must"#, |d| d["spec"]["target"]["selector"]["matchLabels"] = json!({"app": "web shop"})),
             (r#"spec.target.namespaces[1]: "Shop": must be a DNS-1123 label"#, |d| d["spec"]["target"]["namespaces"] = json!(["shop", "Shop"])),
+            (r#"spec.target.groupBy: "toolhive name": label key name part must"#, |d| d["spec"]["target"]["groupBy"] = json!("toolhive name")),
             ("spec.target.kinds: must list at least one kind", |d| d["spec"]["target"]["kinds"] = json!([])),
             ("spec.target.kinds[1]: unknown variant `Job`", |d| d["spec"]["target"]["kinds"] = json!(["Deployment", "Job"])),
             (r#"metadata.name: "Web_1": must be a DNS-1123 subdomain"#, |d| d["metadata"]["name"] = json!("Web_1")),

@@ -41,7 +41,7 @@ const STARTUP: Duration = Duration::from_secs(90);
 /// not overlap: every operator holds this gate while it runs (tests of it run one at a time).
 static GATE: LazyLock<Arc<Mutex<()>>> = LazyLock::new(|| Arc::new(Mutex::new(())));
 
-/// A running ToolHive operator watching one namespace.
+/// A running ToolHive operator watching one namespace, or several (comma-separated).
 pub struct ToolHiveOperator {
     child: Child,
     version: String,
@@ -61,8 +61,9 @@ impl std::fmt::Debug for ToolHiveOperator {
 }
 
 impl ToolHiveOperator {
-    /// Builds (once) and installs the CRDs of `version`, then starts its operator for `ns` and
-    /// waits until its controllers run.
+    /// Builds (once) and installs the CRDs of `version`, then starts its operator for `ns` (one
+    /// namespace, or several separated by commas, as `WATCH_NAMESPACE` takes them) and waits
+    /// until its controllers run.
     pub async fn start(version: &str, ns: &str) -> Result<Self> {
         let gate = GATE.clone().lock_owned().await;
         let dir = built(version)?;
@@ -84,7 +85,7 @@ impl ToolHiveOperator {
             ])
             .env("KUBECONFIG", &cluster().kubeconfig)
             .env("WATCH_NAMESPACE", ns)
-            .env("POD_NAMESPACE", ns)
+            .env("POD_NAMESPACE", ns.split(',').next().unwrap_or(ns))
             .env("TOOLHIVE_SKIP_UPDATE_CHECK", "true")
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
@@ -163,7 +164,9 @@ impl Drop for ToolHiveOperator {
         let _ = self.child.wait();
         // Without the operator nobody removes its finalizers, and the namespace would hang in
         // Terminating: drop them so `TestNs` can delete it.
-        strip_finalizers(&self.ns);
+        for ns in self.ns.split(',') {
+            strip_finalizers(ns);
+        }
         if std::thread::panicking() {
             eprintln!(
                 "ToolHive operator {} log kept: {}",
