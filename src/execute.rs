@@ -20,6 +20,7 @@ use crate::core::literals::{REASON_BOUNCED, REASON_FAILED, REASON_REVERTED, rfc3
 use crate::core::mark::{Attempt, AttemptMark, BareMarks, bare_key};
 use crate::core::model::{Kind, Pdb, Workload, WorkloadRef};
 use crate::core::outcome::{Failure, FailureCode, Outcome, Status, attempt_outcome};
+use crate::core::overrides;
 use crate::core::plan::{self, Bounce, Method, Plan};
 use crate::core::policy::{OnRevert, Policy};
 use crate::core::reasons::SkipReason;
@@ -140,8 +141,12 @@ impl Executor<'_> {
                     Ok(())
                 }
             })
-            .and_then(|()| plan::cooldown(policy, &fresh, now))
-            .and_then(|()| plan::preflight(policy, &fresh, self.pdbs));
+            // The workload's override annotations as they are now, not as the plan saw them.
+            .and_then(|()| overrides::effective(policy, &fresh))
+            .and_then(|p| {
+                plan::cooldown(&p, &fresh, now)?;
+                plan::preflight(&p, &fresh, self.pdbs)
+            });
         let method = match recheck {
             Ok(method) => method,
             Err(reason) => return out.status = Status::Skipped(reason),

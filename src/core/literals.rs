@@ -13,6 +13,10 @@ pub fn rfc3339(t: DateTime<Utc>) -> String {
 }
 /// Opt-out on a workload or a namespace.
 pub const EXCLUDE_ANNOTATION: &str = "bouncer.dev/exclude";
+/// Per-workload overrides of its policies' memory threshold and cooldown (metadata annotations).
+pub const MEMORY_ABOVE_ANNOTATION: &str = "bouncer.dev/memory-above";
+pub const PERCENT_OF_LIMIT_ANNOTATION: &str = "bouncer.dev/memory-percent-of-limit";
+pub const COOLDOWN_ANNOTATION: &str = "bouncer.dev/cooldown";
 /// bouncer's mark of its last bounce attempt on a workload's metadata (JSON: time, policy,
 /// method, outcome); cooldown and schedule honour it whatever the method and outcome.
 pub const ATTEMPT_ANNOTATION: &str = "bouncer.dev/last-attempt";

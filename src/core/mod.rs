@@ -9,6 +9,7 @@ pub mod mark;
 pub mod memory;
 pub mod model;
 pub mod outcome;
+pub mod overrides;
 pub mod plan;
 pub mod policy;
 pub mod quantity;

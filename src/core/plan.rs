@@ -12,6 +12,7 @@ use crate::core::mark::AttemptMark;
 use crate::core::memory::{self, Evaluation, MemoryReading, MemoryState};
 pub use crate::core::model::Method;
 use crate::core::model::{Inventory, Kind, Workload, WorkloadRef};
+use crate::core::overrides;
 use crate::core::policy::{OnRevert, Policy};
 use crate::core::reasons::{NotDue, SkipReason, Trigger};
 use crate::core::schedule::ScheduleVerdict;
@@ -105,6 +106,17 @@ pub fn plan(
             if !selects(policy, workload) {
                 continue;
             }
+            // The opt-outs come first: an excluded workload is reported excluded, whatever
+            // its override annotations say.
+            let effective = identity_gates(policy, workload, &inventory.excluded_namespaces)
+                .and_then(|()| overrides::effective(policy, workload));
+            let policy = match effective {
+                Ok(p) => p,
+                Err(reason) => {
+                    decided.push((workload, Err(skip(policy, workload, None, reason))));
+                    continue;
+                }
+            };
             let (reading, memory) = memory::assess(
                 policy.memory.as_ref(),
                 &policy.windows,
@@ -112,11 +124,11 @@ pub fn plan(
                 &inventory.metrics,
                 now,
             );
-            let decision = match decide(policy, workload, memory, inventory, now) {
+            let decision = match decide(&policy, workload, memory, inventory, now) {
                 Ok((method, triggers, urgency)) => Ok(candidate(
-                    policy, workload, method, triggers, reading, urgency,
+                    &policy, workload, method, triggers, reading, urgency,
                 )),
-                Err(reason) => Err(skip(policy, workload, reading, reason)),
+                Err(reason) => Err(skip(&policy, workload, reading, reason)),
             };
             decided.push((workload, decision));
         }
@@ -306,10 +318,14 @@ fn group_units(
         for (w, decision) in members {
             let decision = match decision {
                 Err(s) if matches!(s.reason, SkipReason::NotDue(_)) => {
-                    match cooldown(policy, w, now).and_then(|()| preflight(policy, w, &inv.pdbs)) {
-                        Ok(method) => {
+                    let joins = overrides::effective(policy, w).and_then(|p| {
+                        cooldown(&p, w, now)?;
+                        Ok((preflight(&p, w, &inv.pdbs)?, p))
+                    });
+                    match joins {
+                        Ok((method, p)) => {
                             let triggers = vec![Trigger::Group { due: due.clone() }];
-                            Ok(candidate(policy, w, method, triggers, s.memory, None))
+                            Ok(candidate(&p, w, method, triggers, s.memory, None))
                         }
                         Err(reason) => Err(Skip { reason, ..s }),
                     }
@@ -442,7 +458,7 @@ fn cmp_oldest(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> std::cmp::O
 
 #[cfg(test)]
 #[path = "plan_tests.rs"]
-mod tests;
+pub(crate) mod tests;
 
 #[cfg(test)]
 #[path = "group_tests.rs"]

@@ -12,20 +12,20 @@ use crate::core::model::{
 use crate::core::policy::{MemoryTrigger, Restart, RestartMethod, Selector, Threshold};
 use crate::core::schedule::Schedule;
 
-pub(super) const MI: u64 = 1 << 20;
+pub(crate) const MI: u64 = 1 << 20;
 
-pub(super) fn t(s: &str) -> DateTime<Utc> {
+pub(crate) fn t(s: &str) -> DateTime<Utc> {
     s.parse().unwrap()
 }
 
-pub(super) fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+pub(crate) fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
 
-pub(super) fn policy(name: &str, app: &str) -> Policy {
+pub(crate) fn policy(name: &str, app: &str) -> Policy {
     Policy {
         name: name.into(),
         source: "test.yaml".into(),
@@ -50,13 +50,13 @@ pub(super) fn policy(name: &str, app: &str) -> Policy {
     }
 }
 
-pub(super) fn nightly(mut p: Policy) -> Policy {
+pub(crate) fn nightly(mut p: Policy) -> Policy {
     p.schedule =
         Some(Schedule::new("0 3 * * *", chrono_tz::UTC, Duration::from_secs(7200)).unwrap());
     p
 }
 
-pub(super) fn over(mut p: Policy, mib: u64) -> Policy {
+pub(crate) fn over(mut p: Policy, mib: u64) -> Policy {
     p.memory = Some(MemoryTrigger {
         threshold: Threshold::Bytes(mib * MI),
         container: None,
@@ -64,7 +64,7 @@ pub(super) fn over(mut p: Policy, mib: u64) -> Policy {
     p
 }
 
-pub(super) fn pod(name: &str, app: &str, started: &str, usage_mib: Option<u64>) -> PodSample {
+pub(crate) fn pod(name: &str, app: &str, started: &str, usage_mib: Option<u64>) -> PodSample {
     PodSample {
         name: name.into(),
         uid: format!("uid-{name}"),
@@ -82,7 +82,7 @@ pub(super) fn pod(name: &str, app: &str, started: &str, usage_mib: Option<u64>) 
     }
 }
 
-pub(super) fn deployment(ns: &str, name: &str, app: &str, pods: Vec<PodSample>) -> Workload {
+pub(crate) fn deployment(ns: &str, name: &str, app: &str, pods: Vec<PodSample>) -> Workload {
     let n = pods.len() as i32;
     Workload {
         target: WorkloadRef {
@@ -117,7 +117,7 @@ pub(super) fn deployment(ns: &str, name: &str, app: &str, pods: Vec<PodSample>) 
     }
 }
 
-pub(super) fn inventory(workloads: Vec<Workload>) -> Inventory {
+pub(crate) fn inventory(workloads: Vec<Workload>) -> Inventory {
     Inventory {
         workloads,
         unsupported: vec![],
@@ -127,18 +127,18 @@ pub(super) fn inventory(workloads: Vec<Workload>) -> Inventory {
     }
 }
 
-pub(super) const NOW: &str = "2026-03-10T03:30:00Z";
-pub(super) const OLD: &str = "2026-03-09T10:00:00Z";
+pub(crate) const NOW: &str = "2026-03-10T03:30:00Z";
+pub(crate) const OLD: &str = "2026-03-09T10:00:00Z";
 
-pub(super) fn run(policies: &[Policy], inv: &Inventory) -> Plan {
+pub(crate) fn run(policies: &[Policy], inv: &Inventory) -> Plan {
     plan(policies, inv, t(NOW), &Limits { max_bounces: 10 })
 }
 
-pub(super) fn names(p: &Plan) -> Vec<String> {
+pub(crate) fn names(p: &Plan) -> Vec<String> {
     p.bounces.iter().map(|b| b.target.name.clone()).collect()
 }
 
-pub(super) fn reason_of<'a>(p: &'a Plan, name: &str) -> &'a SkipReason {
+pub(crate) fn reason_of<'a>(p: &'a Plan, name: &str) -> &'a SkipReason {
     &p.skips
         .iter()
         .find(|s| s.target.name == name)
@@ -502,7 +502,7 @@ fn unsupported_owners_and_unlisted_kinds_are_reported() {
 }
 
 /// An OnDelete StatefulSet of `n` pods (all at the current template unless changed).
-pub(super) fn statefulset(name: &str, n: usize, strategy: UpdateStrategy) -> Workload {
+pub(crate) fn statefulset(name: &str, n: usize, strategy: UpdateStrategy) -> Workload {
     let pods = (0..n)
         .map(|i| pod(&format!("{name}-{i}"), "x", OLD, Some(900)))
         .collect();

@@ -128,6 +128,12 @@ pub enum SkipReason {
     ReadFailed {
         error: String,
     },
+    /// A per-workload override annotation has a value bouncer cannot use.
+    InvalidOverride {
+        annotation: String,
+        value: String,
+        problem: String,
+    },
     /// A member of the workload's restart group cannot be bounced, so none of the group is.
     GroupHeld {
         member: WorkloadRef,
@@ -161,6 +167,7 @@ impl SkipReason {
             SkipReason::BadAttemptMark { .. } => "badAttemptMark",
             SkipReason::RestartedMeanwhile => "restartedMeanwhile",
             SkipReason::ReadFailed { .. } => "readFailed",
+            SkipReason::InvalidOverride { .. } => "invalidOverride",
             SkipReason::GroupHeld { .. } => "groupHeld",
         }
     }
@@ -231,6 +238,11 @@ impl fmt::Display for SkipReason {
             SkipReason::ReadFailed { error } => {
                 write!(f, "could not re-read before acting: {error}")
             }
+            SkipReason::InvalidOverride {
+                annotation,
+                value,
+                problem,
+            } => write!(f, "invalid override: {annotation}={value:?}: {problem}"),
             SkipReason::GroupHeld { member, reason } => {
                 write!(f, "group held by {member}: {reason}")
             }

@@ -23,7 +23,7 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 pub const JOB: &str = "bouncer";
 
 /// Every skip reason code a row can carry (`reasonCode`); the unit tests keep it complete.
-pub const SKIP_REASONS: [&str; 24] = [
+pub const SKIP_REASONS: [&str; 25] = [
     "badAttemptMark",
     "barePodNoRollout",
     "claimed",
@@ -32,6 +32,7 @@ pub const SKIP_REASONS: [&str; 24] = [
     "excluded",
     "globalCap",
     "groupHeld",
+    "invalidOverride",
     "kindNotSelected",
     "mirrorPod",
     "namespaceExcluded",

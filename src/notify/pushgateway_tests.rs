@@ -176,6 +176,11 @@ fn every_skip_reason() -> Vec<SkipReason> {
         SkipReason::ReadFailed {
             error: String::new(),
         },
+        SkipReason::InvalidOverride {
+            annotation: String::new(),
+            value: String::new(),
+            problem: String::new(),
+        },
         SkipReason::GroupHeld {
             member: WorkloadRef {
                 kind: Kind::StatefulSet,
@@ -210,6 +215,7 @@ fn every_skip_reason() -> Vec<SkipReason> {
             | SkipReason::BadAttemptMark { .. }
             | SkipReason::RestartedMeanwhile
             | SkipReason::ReadFailed { .. }
+            | SkipReason::InvalidOverride { .. }
             | SkipReason::GroupHeld { .. } => {}
         }
     }

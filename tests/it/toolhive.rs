@@ -477,8 +477,13 @@ async fn toolhive_mcp_server_group_is_halted_when_its_backend_fails() {
         "20s".to_string(),
     )]);
     let _operator = two_mcp_servers(&client, n, &slow).await;
-    let policy =
-        example_policy("mcp-servers-memory.yaml", "toolhive", n) + "  restart:\n    timeout: 5s\n";
+    let policy = example_policy("mcp-servers-memory.yaml", "toolhive", n);
+    let evict = "  restart: {onRevert: evict}\n";
+    assert!(
+        policy.contains(evict),
+        "policies/mcp-servers-memory.yaml: {evict}"
+    );
+    let policy = policy.replace(evict, "  restart: {onRevert: evict, timeout: 5s}\n");
     let policies = Policies::new(&[("mcp-servers-memory.yaml", &policy)]);
     let proxy_before = pod_uids(&client, n, PROXY_PODS).await;
 

@@ -358,6 +358,7 @@ mod tests {
             Some(Threshold::PercentOfLimit(85.0))
         );
         assert_eq!(mcp.group_by.as_deref(), Some("toolhive-name"));
+        assert_eq!(mcp.restart.on_revert, OnRevert::Evict);
         assert_eq!(
             (mcp.max_per_run, mcp.cooldown),
             (Some(2), Duration::from_secs(6 * 3600))

@@ -15,6 +15,10 @@ pub use crate::core::selector::{Operator, Requirement, Selector};
 pub use load::{LoadError, PolicyError, load_paths, parse_str};
 pub use schema::json_schema;
 
+mod values;
+
+pub use values::{bytes_value, duration_value, percent_value};
+
 pub const API_VERSION: &str = "bouncer.dev/v1alpha1";
 pub const KIND: &str = "BouncePolicy";
 

@@ -16,8 +16,8 @@ use super::{API_VERSION, KIND, Selector, Threshold, Window};
 use super::{
     MemoryTrigger, OnRevert, Operator, Policy, PolicyError, Requirement, Restart, RestartMethod,
 };
+use super::{bytes_value, duration_value, percent_value};
 use crate::core::model::Kind;
-use crate::core::quantity::parse_bytes as parse_quantity;
 use crate::core::schedule::Schedule;
 use crate::core::selector::{
     dns1123_label_problem, dns1123_subdomain_problem, label_key_problem, label_value_problem,
@@ -286,33 +286,24 @@ fn schedule(check: &mut Check, raw: RawSchedule) -> Option<Schedule> {
 fn memory(check: &mut Check, raw: RawMemory) -> Option<MemoryTrigger> {
     const FIELD: &str = "spec.triggers.memory";
     let threshold = match (raw.above, raw.percent_of_limit) {
-        (Some(above), None) => match parse_quantity(&above.0) {
-            Ok(0) => {
-                check.bad(
-                    format!("{FIELD}.above"),
-                    &above.0,
-                    "must be more than 0 bytes",
-                );
-                None
-            }
+        (Some(above), None) => match bytes_value(&above.0) {
             Ok(bytes) => Some(Threshold::Bytes(bytes)),
             Err(problem) => {
                 check.bad(format!("{FIELD}.above"), &above.0, problem);
                 None
             }
         },
-        (None, Some(percent)) if percent.is_finite() && percent > 0.0 && percent <= 100.0 => {
-            Some(Threshold::PercentOfLimit(percent))
-        }
-        (None, Some(percent)) => {
-            let problem = "must be more than 0 and at most 100";
-            check.error(
-                Some(format!("{FIELD}.percentOfLimit")),
-                Some(percent.to_string()),
-                problem,
-            );
-            None
-        }
+        (None, Some(percent)) => match percent_value(percent) {
+            Ok(percent) => Some(Threshold::PercentOfLimit(percent)),
+            Err(problem) => {
+                check.error(
+                    Some(format!("{FIELD}.percentOfLimit")),
+                    Some(percent.to_string()),
+                    problem,
+                );
+                None
+            }
+        },
         (above, _) => {
             let which = if above.is_some() { "both" } else { "neither" };
             check.at(
@@ -404,20 +395,13 @@ fn duration(
     let Some(text) = text else {
         return Some(default);
     };
-    match humantime::parse_duration(text) {
-        Ok(d) if d.is_zero() => check.bad(field, text, "must be longer than zero"),
-        // The planner does date arithmetic with it; absurd lengths would overflow there.
-        Ok(d) if d > Duration::from_secs(100 * 366 * 86400) => {
-            check.bad(field, text, "must be at most 100 years")
+    match duration_value(text) {
+        Ok(d) => Some(d),
+        Err(problem) => {
+            check.bad(field, text, problem);
+            None
         }
-        Ok(d) => return Some(d),
-        Err(e) => check.bad(
-            field,
-            text,
-            format!("not a duration such as \"90m\", \"6h\" or \"1h 30m\" ({e})"),
-        ),
     }
-    None
 }
 
 fn time_zone(check: &mut Check, field: &str, text: Option<&str>, default: Tz) -> Option<Tz> {
