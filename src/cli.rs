@@ -36,6 +36,13 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Why a workload would or would not be bounced now: every policy that selects it, each
+    /// trigger and gate with its numbers, and the decision (read-only; text, or JSON with -o json).
+    Explain {
+        /// KIND/NAMESPACE/NAME, kinds as kubectl spells them: deploy/toolhive-system/vmcp-main,
+        /// sts/NS/NAME, ds/NS/NAME, pod/NS/NAME.
+        target: String,
+    },
     /// Print the JSON Schema of a policy document.
     Schema,
 }

@@ -21,7 +21,7 @@ use crate::cli::{Cli, Command, Env, LogFormat, Settings};
 use crate::cluster::error::ClusterError;
 use crate::cluster::lock::{self, Stop};
 use crate::cluster::snapshot;
-use crate::core::{mark, model, plan, policy};
+use crate::core::{explain as explainer, mark, model, plan, policy};
 use crate::report::{Format, Mode};
 
 /// Exit codes: 0 ok (also "nothing due" and "lock held"), 1 a bounce failed or the run halted,
@@ -95,6 +95,7 @@ pub async fn main(cli: Cli, env: Env, host: String) -> ExitStatus {
             }
         }
         Command::Plan => plan_and_run(&settings, Mode::Plan, &host).await,
+        Command::Explain { target } => explain(&settings, &target).await,
         Command::Run { .. } => {
             let mode = if settings.dry_run {
                 Mode::DryRun
@@ -104,6 +105,63 @@ pub async fn main(cli: Cli, env: Env, host: String) -> ExitStatus {
             plan_and_run(&settings, mode, &host).await
         }
     }
+}
+
+/// `bouncer explain`: the plan's snapshot and planner, no Lease, no writes.
+async fn explain(settings: &Settings, target: &str) -> ExitStatus {
+    let target = match explainer::parse_target(target) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("bouncer: explain: {e}");
+            return ExitStatus::Invalid;
+        }
+    };
+    let policies = match policy::load_paths(&settings.policies) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("bouncer: invalid policies:\n{e}");
+            return ExitStatus::Invalid;
+        }
+    };
+    let clients = match cluster::connect(settings.context.as_deref()).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("bouncer: {e}");
+            return ExitStatus::Cluster;
+        }
+    };
+    let lease_ns = (settings.lease_namespace.clone()).unwrap_or(clients.namespace.clone());
+    let bare_marks = if policies.iter().any(|p| p.kinds.contains(&model::Kind::Pod)) {
+        lock::read_bare_marks(&clients.api, &lease_ns, &settings.lease_name).await
+    } else {
+        Ok(mark::BareMarks::new())
+    };
+    let inventory =
+        match snapshot::snapshot(&clients.api, &clients.metrics, &settings.namespaces).await {
+            Ok(i) => i.with_bare_marks(&bare_marks),
+            Err(e) => {
+                eprintln!("bouncer: {e}");
+                return ExitStatus::Cluster;
+            }
+        };
+    let limits = plan::Limits {
+        max_bounces: settings.max_bounces,
+    };
+    let plan = plan::plan(&policies, &inventory, clock(), &limits);
+    let Some(explanation) = explainer::explain(&target, &policies, &inventory, &plan) else {
+        eprintln!(
+            "bouncer: explain: {target} not found (no such workload in the namespaces bouncer reads, or no pod of it is running)"
+        );
+        return ExitStatus::Failed;
+    };
+    match settings.output {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&explanation).expect("explanation serializes")
+        ),
+        Format::Table | Format::Markdown => print!("{}", explainer::text(&explanation)),
+    }
+    ExitStatus::Ok
 }
 
 async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus {

@@ -15,7 +15,7 @@ use crate::core::model::{Inventory, Kind, Workload, WorkloadRef};
 use crate::core::overrides;
 use crate::core::policy::{OnRevert, Policy};
 use crate::core::reasons::{NotDue, SkipReason, Trigger};
-use crate::core::schedule::ScheduleVerdict;
+use crate::core::schedule::{Schedule, ScheduleVerdict};
 
 #[derive(Debug, Clone)]
 pub struct Bounce {
@@ -358,7 +358,7 @@ fn group_units(
 }
 
 /// A workload is selected when its pod template (or any of its pods) carries matching labels.
-fn selects(policy: &Policy, w: &Workload) -> bool {
+pub fn selects(policy: &Policy, w: &Workload) -> bool {
     let in_scope = policy.namespaces.is_empty() || policy.namespaces.contains(&w.target.namespace);
     in_scope
         && (policy.selector.matches(&w.template_labels)
@@ -423,16 +423,7 @@ fn triggers(
         }
     }
     if let Some(schedule) = &policy.schedule {
-        match schedule.verdict(now, oldest_start(w)) {
-            // bouncer's own mark at or after the fire: this fire was attempted (and failed, or
-            // left pods old); it is not attempted again, whatever the cooldown.
-            ScheduleVerdict::Due { fired: at } if w.attempt.time().is_some_and(|t| t >= at) => {
-                not_due.schedule = Some(ScheduleVerdict::AlreadyAttempted {
-                    fired: at,
-                    at: w.attempt.time().unwrap_or(at),
-                });
-                not_due.next = schedule.next_fire(now);
-            }
+        match schedule_verdict(schedule, w, now) {
             ScheduleVerdict::Due { fired: at } => fired.push(Trigger::Schedule { fired: at }),
             verdict => {
                 not_due.schedule = Some(verdict);
@@ -444,6 +435,20 @@ fn triggers(
         Err(SkipReason::NotDue(not_due))
     } else {
         Ok((fired, urgency))
+    }
+}
+
+/// The schedule's verdict for `w`, with bouncer's own mark at or after the fire making it
+/// attempted (it failed, or left pods old): a fire is not attempted again, whatever the cooldown.
+pub fn schedule_verdict(schedule: &Schedule, w: &Workload, now: DateTime<Utc>) -> ScheduleVerdict {
+    match schedule.verdict(now, oldest_start(w)) {
+        ScheduleVerdict::Due { fired } if w.attempt.time().is_some_and(|t| t >= fired) => {
+            ScheduleVerdict::AlreadyAttempted {
+                fired,
+                at: w.attempt.time().unwrap_or(fired),
+            }
+        }
+        verdict => verdict,
     }
 }
 
@@ -463,3 +468,7 @@ pub(crate) mod tests;
 #[cfg(test)]
 #[path = "group_tests.rs"]
 mod group_tests;
+
+#[cfg(test)]
+#[path = "overrides_tests.rs"]
+mod overrides_tests;

@@ -250,51 +250,70 @@ impl fmt::Display for SkipReason {
     }
 }
 
+/// What a memory state says, as the report and `explain` word it.
+pub fn memory_text(m: &MemoryState) -> String {
+    match m {
+        MemoryState::Below { usage, threshold } => {
+            format!(
+                "memory {} <= {}",
+                format_bytes(*usage),
+                format_bytes(*threshold)
+            )
+        }
+        MemoryState::OutsideWindow => "memory over threshold but outside the windows".to_string(),
+        MemoryState::NoMetrics => "memory: metrics missing (no pod reported yet)".to_string(),
+        MemoryState::NoLimit => "memory: no memory limit".to_string(),
+        MemoryState::Unavailable(why) => format!("memory: metrics unavailable ({why})"),
+        MemoryState::Over {
+            pod,
+            usage,
+            threshold,
+        } => format!(
+            "memory ({pod} {} > {})",
+            format_bytes(*usage),
+            format_bytes(*threshold)
+        ),
+    }
+}
+
+/// What a schedule verdict says, as the report and `explain` word it.
+pub fn schedule_text(s: &ScheduleVerdict) -> String {
+    match s {
+        ScheduleVerdict::Due { fired } => format!("schedule (fired {})", rfc3339(*fired)),
+        ScheduleVerdict::AlreadyRestarted { fired } => {
+            format!("schedule: restarted since {}", rfc3339(*fired))
+        }
+        ScheduleVerdict::AlreadyAttempted { fired, at } => {
+            format!(
+                "schedule: fire {} already attempted at {}",
+                rfc3339(*fired),
+                rfc3339(*at)
+            )
+        }
+        ScheduleVerdict::Missed { fired } => {
+            format!(
+                "schedule: missed {} (past startingDeadline)",
+                rfc3339(*fired)
+            )
+        }
+        ScheduleVerdict::NoPods { .. } => "schedule: no pods".to_string(),
+        ScheduleVerdict::NotYet => "schedule: not fired yet".to_string(),
+    }
+}
+
 impl fmt::Display for NotDue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
         if let Some(m) = &self.memory {
             parts.push(match m {
-                MemoryState::Below { usage, threshold } => {
-                    format!(
-                        "memory {} <= {}",
-                        format_bytes(*usage),
-                        format_bytes(*threshold)
-                    )
-                }
-                MemoryState::OutsideWindow => {
-                    "memory over threshold but outside the windows".to_string()
-                }
-                MemoryState::NoMetrics => {
-                    "memory: metrics missing (no pod reported yet)".to_string()
-                }
-                MemoryState::NoLimit => "memory: no memory limit".to_string(),
-                MemoryState::Unavailable(why) => format!("memory: metrics unavailable ({why})"),
                 MemoryState::Over { .. } => "memory over threshold".to_string(),
+                m => memory_text(m),
             });
         }
         if let Some(s) = &self.schedule {
             parts.push(match s {
-                ScheduleVerdict::AlreadyRestarted { fired } => {
-                    format!("schedule: restarted since {}", rfc3339(*fired))
-                }
-                ScheduleVerdict::AlreadyAttempted { fired, at } => {
-                    format!(
-                        "schedule: fire {} already attempted at {}",
-                        rfc3339(*fired),
-                        rfc3339(*at)
-                    )
-                }
-                ScheduleVerdict::Missed { fired } => {
-                    format!(
-                        "schedule: missed {} (past startingDeadline)",
-                        rfc3339(*fired)
-                    )
-                }
-                ScheduleVerdict::NoPods { .. } => "schedule: no pods".to_string(),
-                ScheduleVerdict::NotYet | ScheduleVerdict::Due { .. } => {
-                    "schedule: not fired yet".to_string()
-                }
+                ScheduleVerdict::Due { .. } => "schedule: not fired yet".to_string(),
+                s => schedule_text(s),
             });
             if let Some(next) = self.next {
                 parts.push(format!("next {}", rfc3339(next)));

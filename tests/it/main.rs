@@ -3,6 +3,7 @@
 
 mod bounce;
 mod cli;
+mod explain;
 mod faults;
 mod ground;
 mod harness;
