@@ -189,17 +189,26 @@ async fn run_locked(
     stop: watch::Receiver<Stop>,
 ) -> ExitStatus {
     let started = std::time::Instant::now();
-    let inventory = match snapshot::snapshot(client, metrics, &settings.namespaces).await {
+    let needs = core::history::needs(policies, &settings.namespaces);
+    // Prometheus is read alongside the snapshot, at the same instant the plan is made for.
+    let now = clock();
+    let (inventory, prometheus) = futures::future::join(
+        snapshot::snapshot(client, metrics, &settings.namespaces),
+        cluster::prometheus::read(settings.prometheus.as_ref(), &needs, now),
+    )
+    .await;
+    let inventory = match inventory {
         Ok(i) => i.with_bare_marks(&bare_marks),
         Err(e) => {
             eprintln!("bouncer: {e}");
             return ExitStatus::Cluster;
         }
     };
-    let plan = plan::plan(
+    let plan = plan::plan_with(
         policies,
         &inventory,
-        clock(),
+        &prometheus,
+        now,
         &plan::Limits {
             max_bounces: settings.max_bounces,
         },

@@ -2,6 +2,7 @@
 //! types, no async runtime, no clock, no environment: the cluster edge converts API objects into
 //! these types, and `now` is an argument. `tests/layout.rs` keeps it that way.
 
+pub mod history;
 pub mod literals;
 pub mod mark;
 pub mod memory;
@@ -14,4 +15,5 @@ pub mod reasons;
 pub mod rollout;
 pub mod schedule;
 pub mod selector;
+pub mod trend;
 pub mod verify;

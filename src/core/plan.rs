@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use crate::core::history::{self, Prometheus};
 use crate::core::literals::EXCLUDE_ANNOTATION;
 use crate::core::mark::AttemptMark;
 use crate::core::memory::{self, Evaluation, MemoryReading, MemoryState};
@@ -15,6 +16,7 @@ use crate::core::policy::{OnRevert, Policy, RestartMethod};
 use crate::core::reasons::{NotDue, SkipReason, Trigger};
 use crate::core::rollout::{self, RolloutState};
 use crate::core::schedule::ScheduleVerdict;
+use crate::core::trend::{self, HistoryVerdicts};
 
 #[derive(Debug, Clone)]
 pub struct Bounce {
@@ -63,10 +65,22 @@ struct Candidate {
     oldest: Option<DateTime<Utc>>,
 }
 
-/// Decides the whole run. Policies are visited by name so the result is deterministic.
+/// Decides the whole run without Prometheus (history triggers off, blockers block).
 pub fn plan(
     policies: &[Policy],
     inventory: &Inventory,
+    now: DateTime<Utc>,
+    limits: &Limits,
+) -> Plan {
+    let off = Prometheus::off("no Prometheus configured (--prometheus-url)");
+    plan_with(policies, inventory, &off, now, limits)
+}
+
+/// Decides the whole run. Policies are visited by name so the result is deterministic.
+pub fn plan_with(
+    policies: &[Policy],
+    inventory: &Inventory,
+    prometheus: &Prometheus,
     now: DateTime<Utc>,
     limits: &Limits,
 ) -> Plan {
@@ -91,7 +105,16 @@ pub fn plan(
                 &inventory.metrics,
                 now,
             );
-            match decide(policy, workload, memory, inventory, now) {
+            let history = trend::assess_history(
+                policy.memory.as_ref(),
+                &policy.windows,
+                workload,
+                &prometheus.history,
+                now,
+            );
+            let decided = decide(policy, workload, (memory, history), inventory, now)
+                .and_then(|d| blocker(policy, prometheus).map(|()| d));
+            match decided {
                 Ok((method, triggers, urgency)) => candidates.push(Candidate {
                     bounce: Bounce {
                         policy: policy.name.clone(),
@@ -207,10 +230,24 @@ fn selects(policy: &Policy, w: &Workload) -> bool {
 
 type Decision = (Method, Vec<Trigger>, Option<f64>);
 
+/// A policy's blockWhen holds back each of its bounces: any result, or no answer (fail closed).
+fn blocker(policy: &Policy, prometheus: &Prometheus) -> Result<(), SkipReason> {
+    let Some(query) = &policy.block_when else {
+        return Ok(());
+    };
+    match prometheus.blocker(query) {
+        Ok([]) => Ok(()),
+        Ok(results) => Err(SkipReason::Blocked {
+            alerts: history::result_names(results),
+        }),
+        Err(error) => Err(SkipReason::BlockerFailed { error }),
+    }
+}
+
 fn decide(
     policy: &Policy,
     w: &Workload,
-    memory: Option<Evaluation>,
+    memory: (Option<Evaluation>, HistoryVerdicts),
     inv: &Inventory,
     now: DateTime<Utc>,
 ) -> Result<Decision, SkipReason> {
@@ -268,11 +305,14 @@ pub fn identity_gates(
 fn triggers(
     policy: &Policy,
     w: &Workload,
-    eval: Option<Evaluation>,
+    (eval, history): (Option<Evaluation>, HistoryVerdicts),
     now: DateTime<Utc>,
 ) -> Result<(Vec<Trigger>, Option<f64>), SkipReason> {
-    let mut fired = Vec::new();
-    let mut not_due = NotDue::default();
+    let mut fired = history.fired;
+    let mut not_due = NotDue {
+        history: history.waiting,
+        ..NotDue::default()
+    };
     let urgency = eval.as_ref().and_then(|e| e.ratio);
     if let Some(eval) = eval {
         match eval.state {
@@ -428,3 +468,7 @@ fn cmp_oldest(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> std::cmp::O
 #[cfg(test)]
 #[path = "plan_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "plan_prometheus_tests.rs"]
+mod prometheus_tests;

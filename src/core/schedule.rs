@@ -166,6 +166,54 @@ pub fn in_windows(windows: &[Window], now: DateTime<Utc>) -> bool {
         })
 }
 
+/// The windows' openings from the day before `now` for eight days, as merged `[open, close)`
+/// instants in order: what the prediction needs to know how long waiting for a window would take.
+/// A local time that a DST gap skips opens (or closes) at the gap's end.
+pub fn window_spans(windows: &[Window], now: DateTime<Utc>) -> Vec<(DateTime<Utc>, DateTime<Utc>)> {
+    let mut spans = Vec::new();
+    for w in windows {
+        let today = now.with_timezone(&w.time_zone).date_naive();
+        for offset in -1..=8 {
+            let day = today + chrono::Duration::days(offset);
+            if !w.days.contains(&day.weekday()) {
+                continue;
+            }
+            let close_day = if w.to <= w.from {
+                day + chrono::Duration::days(1)
+            } else {
+                day
+            };
+            let (Some(open), Some(close)) = (
+                local_instant(w.time_zone, day.and_time(w.from)),
+                local_instant(w.time_zone, close_day.and_time(w.to)),
+            ) else {
+                continue;
+            };
+            if open < close {
+                spans.push((open, close));
+            }
+        }
+    }
+    spans.sort();
+    let mut merged: Vec<(DateTime<Utc>, DateTime<Utc>)> = Vec::new();
+    for (open, close) in spans {
+        match merged.last_mut() {
+            Some(last) if open <= last.1 => last.1 = last.1.max(close),
+            _ => merged.push((open, close)),
+        }
+    }
+    merged
+}
+
+fn local_instant(zone: chrono_tz::Tz, naive: NaiveDateTime) -> Option<DateTime<Utc>> {
+    (0..=2)
+        .find_map(|h| {
+            zone.from_local_datetime(&(naive + chrono::Duration::hours(h)))
+                .earliest()
+        })
+        .map(|t| t.with_timezone(&Utc))
+}
+
 fn naive_as_utc(naive: NaiveDateTime) -> DateTime<Utc> {
     Utc.from_utc_datetime(&naive)
 }

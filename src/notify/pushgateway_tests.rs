@@ -176,6 +176,10 @@ fn every_skip_reason() -> Vec<SkipReason> {
         SkipReason::ReadFailed {
             error: String::new(),
         },
+        SkipReason::Blocked { alerts: vec![] },
+        SkipReason::BlockerFailed {
+            error: String::new(),
+        },
     ];
     for r in &all {
         match r {
@@ -201,7 +205,9 @@ fn every_skip_reason() -> Vec<SkipReason> {
             | SkipReason::Claimed { .. }
             | SkipReason::BadAttemptMark { .. }
             | SkipReason::RestartedMeanwhile
-            | SkipReason::ReadFailed { .. } => {}
+            | SkipReason::ReadFailed { .. }
+            | SkipReason::Blocked { .. }
+            | SkipReason::BlockerFailed { .. } => {}
         }
     }
     all
