@@ -8,6 +8,7 @@ mod ground;
 mod harness;
 mod metrics;
 mod notify;
+mod prometheus;
 mod revert;
 mod safety;
 mod safety_cases;
