@@ -124,7 +124,7 @@ impl fmt::Display for Trigger {
             } => {
                 write!(
                     f,
-                    "memory predict ({pod} reaches {} at {} at {mib_per_hour:+.1} MiB/h: ",
+                    "memory predict ({pod} reaches {} at {}, {mib_per_hour:+.1} MiB/h, ",
                     format_bytes(*target),
                     rfc3339(*projected)
                 )?;

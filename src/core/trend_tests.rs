@@ -224,7 +224,7 @@ fn predict_within_the_horizon_without_windows() {
     );
     assert_eq!(
         v.fired[0].to_string(),
-        "memory predict (web-1 reaches 1Gi at 2026-03-10T17:00:00Z at +100.0 MiB/h: within 6h)"
+        "memory predict (web-1 reaches 1Gi at 2026-03-10T17:00:00Z, +100.0 MiB/h, within 6h)"
     );
     let far = policy("{predict: {before: 2h}}", "");
     let why = waiting(&assess(&far, &h, NOW));
@@ -252,7 +252,7 @@ fn predict_with_windows_bounces_outside_only_before_the_next_window() {
     assert_eq!(
         v.fired.first().map(ToString::to_string).as_deref(),
         Some(
-            "memory predict (web-1 reaches 1Gi at 2026-03-10T17:00:00Z at +100.0 MiB/h: outside the windows, before the next window opens at 2026-03-11T01:00:00Z)"
+            "memory predict (web-1 reaches 1Gi at 2026-03-10T17:00:00Z, +100.0 MiB/h, outside the windows, before the next window opens at 2026-03-11T01:00:00Z)"
         )
     );
     // 50 MiB/h from 324 MiB: the OOM at 02:00 tomorrow, in the window that opens at 01:00.
