@@ -86,6 +86,18 @@ pub struct Flags {
     /// Name of the run lock Lease [env: BOUNCER_LEASE_NAME] [default: bouncer]
     #[arg(long, global = true)]
     pub lease_name: Option<String>,
+    /// Prometheus for memory history (sustained, growth, predict) and blockWhen, e.g. http://prometheus.monitoring:9090 [env: BOUNCER_PROMETHEUS_URL] [default: none: those triggers are off, blockers block]
+    #[arg(long, global = true, value_name = "URL")]
+    pub prometheus_url: Option<String>,
+    /// Bearer token for Prometheus, read from this file at each run [env: BOUNCER_PROMETHEUS_BEARER_TOKEN_FILE]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub prometheus_bearer_token_file: Option<PathBuf>,
+    /// PEM CA bundle for a Prometheus served over TLS [env: BOUNCER_PROMETHEUS_CA_FILE] [default: the system roots]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub prometheus_ca_file: Option<PathBuf>,
+    /// Per Prometheus query, e.g. 10s [env: BOUNCER_PROMETHEUS_TIMEOUT] [default: 10s]
+    #[arg(long, global = true, value_parser = humantime::parse_duration)]
+    pub prometheus_timeout: Option<Duration>,
     #[command(flatten)]
     pub notify: crate::notify::NotifyFlags,
 }
@@ -107,6 +119,10 @@ pub struct Env {
     pub lease_name: Option<String>,
     pub dry_run: Option<bool>,
     pub verify_settle: Option<String>,
+    pub prometheus_url: Option<String>,
+    pub prometheus_bearer_token_file: Option<PathBuf>,
+    pub prometheus_ca_file: Option<PathBuf>,
+    pub prometheus_timeout: Option<String>,
     #[serde(flatten)]
     pub notify: crate::notify::Env,
 }
@@ -139,6 +155,7 @@ pub struct Settings {
     pub lease_name: String,
     pub dry_run: bool,
     pub verify_settle: Duration,
+    pub prometheus: Option<crate::cluster::prometheus::Settings>,
     pub notify: crate::notify::Settings,
 }
 
@@ -153,6 +170,7 @@ fn duration(var: &str, value: Option<String>, default: Duration) -> Result<Durat
 impl Settings {
     pub fn merge(flags: Flags, env: Env, dry_run_flag: bool) -> Result<Settings, String> {
         let non_empty = |v: Vec<String>| if v.is_empty() { None } else { Some(v) };
+        let prometheus = prometheus(&flags, &env)?;
         let max_bounces = flags.max_bounces.or(env.max_bounces).unwrap_or(10);
         if max_bounces == 0 {
             return Err("--max-bounces / BOUNCER_MAX_BOUNCES: must be at least 1".into());
@@ -203,9 +221,60 @@ impl Settings {
                 env.verify_settle,
                 Duration::from_secs(2),
             )?,
+            prometheus,
             notify: crate::notify::Settings::merge(flags.notify, env.notify)?,
         })
     }
+}
+
+fn prometheus(
+    flags: &Flags,
+    env: &Env,
+) -> Result<Option<crate::cluster::prometheus::Settings>, String> {
+    const NAME: &str = "--prometheus-url / BOUNCER_PROMETHEUS_URL";
+    let url = flags
+        .prometheus_url
+        .clone()
+        .or(env.prometheus_url.clone())
+        .filter(|u| !u.trim().is_empty());
+    let bearer_token_file = flags
+        .prometheus_bearer_token_file
+        .clone()
+        .or(env.prometheus_bearer_token_file.clone());
+    let ca_file = flags
+        .prometheus_ca_file
+        .clone()
+        .or(env.prometheus_ca_file.clone());
+    let timeout = match flags.prometheus_timeout {
+        Some(d) => d,
+        None => duration(
+            "BOUNCER_PROMETHEUS_TIMEOUT",
+            env.prometheus_timeout.clone(),
+            Duration::from_secs(10),
+        )?,
+    };
+    if timeout.is_zero() {
+        return Err("--prometheus-timeout / BOUNCER_PROMETHEUS_TIMEOUT: must be positive".into());
+    }
+    let Some(url) = url else {
+        if bearer_token_file.is_some() || ca_file.is_some() {
+            return Err(format!(
+                "{NAME}: needed with a Prometheus bearer token or CA file"
+            ));
+        }
+        return Ok(None);
+    };
+    let url = reqwest::Url::parse(url.trim())
+        .map_err(|e| format!("{NAME}: {url:?} is not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(format!("{NAME}: {url} must be an http:// or https:// URL"));
+    }
+    Ok(Some(crate::cluster::prometheus::Settings {
+        url,
+        bearer_token_file,
+        ca_file,
+        timeout,
+    }))
 }
 
 #[cfg(test)]
@@ -232,6 +301,52 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(Settings::merge(flags, env, false).unwrap().max_bounces, 1);
+    }
+
+    #[test]
+    fn prometheus_settings() {
+        let none = Settings::merge(Flags::default(), Env::default(), false).unwrap();
+        assert_eq!(none.prometheus, None);
+        let env = Env {
+            prometheus_url: Some("http://prometheus.monitoring:9090/prom/".into()),
+            prometheus_timeout: Some("3s".into()),
+            prometheus_ca_file: Some("/ca.pem".into()),
+            ..Default::default()
+        };
+        let s = Settings::merge(Flags::default(), env, false)
+            .unwrap()
+            .prometheus
+            .unwrap();
+        assert_eq!(s.url.as_str(), "http://prometheus.monitoring:9090/prom/");
+        assert_eq!(s.timeout, Duration::from_secs(3));
+        assert_eq!(s.ca_file, Some(PathBuf::from("/ca.pem")));
+        for (env, want) in [
+            (
+                Env {
+                    prometheus_url: Some("prometheus:9090".into()),
+                    ..Default::default()
+                },
+                "BOUNCER_PROMETHEUS_URL",
+            ),
+            (
+                Env {
+                    prometheus_bearer_token_file: Some("/token".into()),
+                    ..Default::default()
+                },
+                "needed with a Prometheus bearer token",
+            ),
+            (
+                Env {
+                    prometheus_url: Some("http://p:9090".into()),
+                    prometheus_timeout: Some("soon".into()),
+                    ..Default::default()
+                },
+                "BOUNCER_PROMETHEUS_TIMEOUT",
+            ),
+        ] {
+            let err = Settings::merge(Flags::default(), env, false).unwrap_err();
+            assert!(err.contains(want), "{err}");
+        }
     }
 
     #[test]

@@ -136,19 +136,18 @@ async fn explain(settings: &Settings, target: &str) -> ExitStatus {
     } else {
         Ok(mark::BareMarks::new())
     };
-    let inventory =
-        match snapshot::snapshot(&clients.api, &clients.metrics, &settings.namespaces).await {
-            Ok(i) => i.with_bare_marks(&bare_marks),
-            Err(e) => {
-                eprintln!("bouncer: {e}");
-                return ExitStatus::Cluster;
-            }
+    let clients_pair = (&clients.api, &clients.metrics);
+    let (inventory, prometheus, now) =
+        match observe(settings, clients_pair, &policies, &bare_marks).await {
+            Ok(seen) => seen,
+            Err(status) => return status,
         };
     let limits = plan::Limits {
         max_bounces: settings.max_bounces,
     };
-    let plan = plan::plan(&policies, &inventory, clock(), &limits);
-    let Some(explanation) = explainer::explain(&target, &policies, &inventory, &plan) else {
+    let plan = plan::plan_with(&policies, &inventory, &prometheus, now, &limits);
+    let Some(explanation) = explainer::explain(&target, &policies, &inventory, &prometheus, &plan)
+    else {
         eprintln!(
             "bouncer: explain: {target} not found (no such workload in the namespaces bouncer reads, or no pod of it is running)"
         );
@@ -237,6 +236,30 @@ async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus
     status
 }
 
+/// The cluster snapshot and, where a policy needs it, Prometheus, read together at `now`.
+async fn observe(
+    settings: &Settings,
+    (client, metrics): (&Client, &Client),
+    policies: &[policy::Policy],
+    bare_marks: &Result<mark::BareMarks, String>,
+) -> Result<(model::Inventory, core::history::Prometheus, DateTime<Utc>), ExitStatus> {
+    let needs = core::history::needs(policies, &settings.namespaces);
+    // Prometheus is read alongside the snapshot, at the same instant the plan is made for.
+    let now = clock();
+    let (inventory, prometheus) = futures::future::join(
+        snapshot::snapshot(client, metrics, &settings.namespaces),
+        cluster::prometheus::read(settings.prometheus.as_ref(), &needs, now),
+    )
+    .await;
+    match inventory {
+        Ok(i) => Ok((i.with_bare_marks(bare_marks), prometheus, now)),
+        Err(e) => {
+            eprintln!("bouncer: {e}");
+            Err(ExitStatus::Cluster)
+        }
+    }
+}
+
 async fn run_locked(
     settings: &Settings,
     mode: Mode,
@@ -247,17 +270,16 @@ async fn run_locked(
     stop: watch::Receiver<Stop>,
 ) -> ExitStatus {
     let started = std::time::Instant::now();
-    let inventory = match snapshot::snapshot(client, metrics, &settings.namespaces).await {
-        Ok(i) => i.with_bare_marks(&bare_marks),
-        Err(e) => {
-            eprintln!("bouncer: {e}");
-            return ExitStatus::Cluster;
-        }
-    };
-    let plan = plan::plan(
+    let (inventory, prometheus, now) =
+        match observe(settings, (client, metrics), policies, &bare_marks).await {
+            Ok(seen) => seen,
+            Err(status) => return status,
+        };
+    let plan = plan::plan_with(
         policies,
         &inventory,
-        clock(),
+        &prometheus,
+        now,
         &plan::Limits {
             max_bounces: settings.max_bounces,
         },

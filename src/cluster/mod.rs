@@ -9,6 +9,7 @@ pub mod evict;
 pub mod kinds;
 pub mod list;
 pub mod lock;
+pub mod prometheus;
 pub mod restart;
 pub mod retry;
 pub mod revert;

@@ -7,15 +7,17 @@ use serde::Serialize;
 
 use crate::core::gates::{cooldown, identity_gates, preflight};
 use crate::core::group;
+use crate::core::history::Prometheus;
 use crate::core::literals::rfc3339;
 use crate::core::mark::AttemptMark;
 use crate::core::memory;
 use crate::core::model::{Inventory, Kind, Workload, WorkloadRef};
 use crate::core::overrides;
-use crate::core::plan::{Plan, schedule_verdict, selects};
+use crate::core::plan::{Plan, blocker, schedule_verdict, selects};
 use crate::core::policy::{Policy, Threshold};
 use crate::core::quantity::format_bytes;
 use crate::core::reasons::{memory_text, schedule_text};
+use crate::core::trend;
 
 /// Parses `KIND/NAMESPACE/NAME` as kubectl spells kinds: `deploy`, `deployment(s)`, `sts`,
 /// `statefulset(s)`, `ds`, `daemonset(s)`, `po`, `pod(s)`, any case.
@@ -101,6 +103,7 @@ pub fn explain(
     target: &WorkloadRef,
     policies: &[Policy],
     inventory: &Inventory,
+    prometheus: &Prometheus,
     plan: &Plan,
 ) -> Option<Explanation> {
     let w = inventory.workloads.iter().find(|w| &w.target == target)?;
@@ -109,7 +112,7 @@ pub fn explain(
     selecting.sort_by(|a, b| a.name.cmp(&b.name));
     let explained: Vec<PolicyExplanation> = selecting
         .iter()
-        .map(|p| policy_explanation(p, w, inventory, plan, now))
+        .map(|p| policy_explanation(p, w, (inventory, prometheus), plan, now))
         .collect();
     let decision = match plan.bounces.iter().position(|b| &b.target == target) {
         Some(i) => format!(
@@ -149,7 +152,7 @@ fn gate<T>(name: &'static str, r: &Result<T, impl ToString>, ok: impl Into<Strin
 fn policy_explanation(
     base: &Policy,
     w: &Workload,
-    inv: &Inventory,
+    (inv, prometheus): (&Inventory, &Prometheus),
     plan: &Plan,
     now: DateTime<Utc>,
 ) -> PolicyExplanation {
@@ -185,8 +188,9 @@ fn policy_explanation(
     if let Some(trigger) = &policy.memory {
         let (reading, eval) = memory::assess(Some(trigger), &policy.windows, w, &inv.metrics, now);
         let threshold = match trigger.threshold {
-            Threshold::Bytes(b) => format!("above {}", format_bytes(b)),
-            Threshold::PercentOfLimit(p) => format!("{p}% of the memory limit"),
+            Some(Threshold::Bytes(b)) => format!("above {}", format_bytes(b)),
+            Some(Threshold::PercentOfLimit(p)) => format!("{p}% of the memory limit"),
+            None => "none, history triggers only".into(),
         };
         let (result, text) = match eval.map(|e| e.state) {
             Some(state @ memory::MemoryState::Over { .. }) => (Outcome::Fired, memory_text(&state)),
@@ -202,6 +206,30 @@ fn policy_explanation(
             "memory",
             result,
             format!("{text} (threshold: {threshold}{missing})"),
+        ));
+    }
+    let history = trend::assess_history(
+        policy.memory.as_ref(),
+        &policy.windows,
+        w,
+        &prometheus.history,
+        now,
+    );
+    for t in &history.fired {
+        steps.push(step(t.code(), Outcome::Fired, t.to_string()));
+    }
+    for waiting in &history.waiting {
+        steps.push(step(
+            waiting.trigger,
+            Outcome::NotFired,
+            waiting.detail.clone(),
+        ));
+    }
+    if policy.block_when.is_some() {
+        steps.push(gate(
+            "blockWhen",
+            &blocker(&policy, prometheus),
+            "the query has no results",
         ));
     }
     if let Some(schedule) = &policy.schedule {
@@ -373,7 +401,8 @@ mod tests {
             &Limits { max_bounces: 10 },
         );
         let target = parse_target("deploy/a/api").unwrap();
-        let e = explain(&target, &policies, &inv, &p).unwrap();
+        let off = Prometheus::off("not configured");
+        let e = explain(&target, &policies, &inv, &off, &p).unwrap();
         assert_eq!((e.policies.len(), e.policies_loaded), (2, 3));
         let mem = &e.policies[0];
         let step = |p: &PolicyExplanation, name: &str| {
@@ -411,6 +440,15 @@ mod tests {
             text.contains("  decision      skip [cooldown] cooldown: restarted"),
             "{text}"
         );
-        assert!(explain(&parse_target("sts/a/api").unwrap(), &policies, &inv, &p).is_none());
+        assert!(
+            explain(
+                &parse_target("sts/a/api").unwrap(),
+                &policies,
+                &inv,
+                &off,
+                &p
+            )
+            .is_none()
+        );
     }
 }

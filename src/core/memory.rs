@@ -1,4 +1,5 @@
-//! The memory trigger: per-pod usage against an absolute or percent-of-limit threshold.
+//! The memory trigger: per-pod usage against an absolute or percent-of-limit threshold, from one
+//! metrics-server sample. The triggers that read history are in `trend`.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -68,18 +69,7 @@ fn usages<'a>(trigger: Option<&MemoryTrigger>, w: &'a Workload) -> (Vec<PodUsage
             missing += 1;
             continue;
         };
-        // A pod-level limit bounds the whole pod, and any container without a limit of its own.
-        let limit: Option<u64> = match (container, containers.as_slice()) {
-            (_, []) => None,
-            (Some(_), [c]) => c.limit.or(pod.limit),
-            _ => pod
-                .limit
-                .or_else(|| containers.iter().map(|c| c.limit).sum()),
-        };
-        let threshold = trigger.and_then(|t| match t.threshold {
-            Threshold::Bytes(b) => Some(b),
-            Threshold::PercentOfLimit(p) => limit.map(|l| (l as f64 * p / 100.0).floor() as u64),
-        });
+        let threshold = threshold_of(trigger.and_then(|t| t.threshold), limit_of(pod, container));
         out.push(PodUsage {
             pod,
             usage,
@@ -87,6 +77,29 @@ fn usages<'a>(trigger: Option<&MemoryTrigger>, w: &'a Workload) -> (Vec<PodUsage
         });
     }
     (out, missing)
+}
+
+/// A pod-level limit bounds the whole pod, and any container without a limit of its own.
+pub(crate) fn limit_of(pod: &PodSample, container: Option<&str>) -> Option<u64> {
+    let containers: Vec<_> = pod
+        .containers
+        .iter()
+        .filter(|c| container.is_none_or(|name| c.name == name))
+        .collect();
+    match (container, containers.as_slice()) {
+        (_, []) => None,
+        (Some(_), [c]) => c.limit.or(pod.limit),
+        _ => pod
+            .limit
+            .or_else(|| containers.iter().map(|c| c.limit).sum()),
+    }
+}
+
+pub(crate) fn threshold_of(threshold: Option<Threshold>, limit: Option<u64>) -> Option<u64> {
+    match threshold? {
+        Threshold::Bytes(b) => Some(b),
+        Threshold::PercentOfLimit(p) => limit.map(|l| (l as f64 * p / 100.0).floor() as u64),
+    }
 }
 
 fn ratio(u: &PodUsage) -> Option<f64> {
@@ -122,7 +135,8 @@ pub fn assess(
         threshold: u.threshold,
         missing,
     });
-    if trigger.is_none() {
+    // `sustained` replaces the one-sample threshold; growth or predict alone have none.
+    if trigger.is_none_or(|t| t.threshold.is_none() || t.history.sustained.is_some()) {
         return (reading, None);
     }
     let ratio = top.and_then(ratio);

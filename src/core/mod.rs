@@ -5,6 +5,7 @@
 pub mod explain;
 pub mod gates;
 pub mod group;
+pub mod history;
 pub mod literals;
 pub mod mark;
 pub mod memory;
@@ -18,4 +19,5 @@ pub mod reasons;
 pub mod rollout;
 pub mod schedule;
 pub mod selector;
+pub mod trend;
 pub mod verify;

@@ -12,8 +12,8 @@ use crate::core::policy::{Policy, Threshold, bytes_value, duration_value, percen
 use crate::core::reasons::SkipReason;
 
 /// `policy` as it applies to `w`: its threshold and cooldown replaced by the workload's
-/// override annotations. A threshold override changes a memory trigger the policy has; it adds
-/// none to a policy without one. A bad value is a skip naming the annotation, never a guess.
+/// override annotations. A threshold override changes the threshold the policy's memory trigger
+/// has; it adds none to a policy without one. A bad value is a skip naming the annotation, never a guess.
 pub fn effective<'p>(policy: &'p Policy, w: &Workload) -> Result<Cow<'p, Policy>, SkipReason> {
     let get = |key: &'static str| w.annotations.get(key).map(|v| (key, v.trim()));
     let above = get(MEMORY_ABOVE_ANNOTATION);
@@ -48,8 +48,12 @@ pub fn effective<'p>(policy: &'p Policy, w: &Workload) -> Result<Cow<'p, Policy>
         (None, None) => None,
     };
     let mut out = policy.clone();
-    if let (Some(threshold), Some(memory)) = (threshold, out.memory.as_mut()) {
-        memory.threshold = threshold;
+    // Only a threshold the policy has: a history-only trigger (growth, predict to the limit)
+    // gains no threshold trigger from an annotation.
+    if let (Some(threshold), Some(memory)) = (threshold, out.memory.as_mut())
+        && memory.threshold.is_some()
+    {
+        memory.threshold = Some(threshold);
     }
     if let Some(c) = cooldown {
         out.cooldown = duration_value(c.1).map_err(|p| invalid(c, p))?;

@@ -10,7 +10,7 @@ use crate::core::literals::{
 };
 use crate::core::model::Workload;
 use crate::core::overrides::effective;
-use crate::core::policy::{MemoryTrigger, parse_str};
+use crate::core::policy::parse_str;
 use crate::core::policy::{Policy, Threshold};
 
 fn policy(memory: bool) -> Policy {
@@ -47,12 +47,10 @@ fn annotations_replace_threshold_and_cooldown_for_that_workload_only() {
         (COOLDOWN_ANNOTATION, "30m"),
     ]);
     let e = effective(&p, &w).unwrap();
+    let memory = e.memory.as_ref().expect("memory trigger");
     assert_eq!(
-        e.memory,
-        Some(MemoryTrigger {
-            threshold: Threshold::Bytes(2 << 30),
-            container: None
-        })
+        (memory.threshold, &memory.container),
+        (Some(Threshold::Bytes(2 << 30)), &None)
     );
     assert_eq!(e.cooldown, Duration::from_secs(1800));
     assert_eq!(
@@ -68,7 +66,7 @@ fn annotations_replace_threshold_and_cooldown_for_that_workload_only() {
             .as_ref()
             .unwrap()
             .threshold,
-        Threshold::PercentOfLimit(70.0)
+        Some(Threshold::PercentOfLimit(70.0))
     );
     // A threshold override adds no memory trigger to a schedule-only policy.
     let schedule_only = policy(false);

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 
 pub use crate::core::gates::{cooldown, identity_gates, oldest_start, preflight};
 use crate::core::group::{self, Group};
+use crate::core::history::{self, Prometheus};
 use crate::core::mark::AttemptMark;
 use crate::core::memory::{self, Evaluation, MemoryReading, MemoryState};
 pub use crate::core::model::Method;
@@ -16,6 +17,7 @@ use crate::core::overrides;
 use crate::core::policy::{OnRevert, Policy};
 use crate::core::reasons::{NotDue, SkipReason, Trigger};
 use crate::core::schedule::{Schedule, ScheduleVerdict};
+use crate::core::trend::{self, HistoryVerdicts};
 
 #[derive(Debug, Clone)]
 pub struct Bounce {
@@ -84,10 +86,22 @@ impl Unit {
     }
 }
 
-/// Decides the whole run. Policies are visited by name so the result is deterministic.
+/// Decides the whole run without Prometheus (history triggers off, blockers block).
 pub fn plan(
     policies: &[Policy],
     inventory: &Inventory,
+    now: DateTime<Utc>,
+    limits: &Limits,
+) -> Plan {
+    let off = Prometheus::off("no Prometheus configured (--prometheus-url)");
+    plan_with(policies, inventory, &off, now, limits)
+}
+
+/// Decides the whole run. Policies are visited by name so the result is deterministic.
+pub fn plan_with(
+    policies: &[Policy],
+    inventory: &Inventory,
+    prometheus: &Prometheus,
     now: DateTime<Utc>,
     limits: &Limits,
 ) -> Plan {
@@ -124,7 +138,16 @@ pub fn plan(
                 &inventory.metrics,
                 now,
             );
-            let decision = match decide(&policy, workload, memory, inventory, now) {
+            let history = trend::assess_history(
+                policy.memory.as_ref(),
+                &policy.windows,
+                workload,
+                &prometheus.history,
+                now,
+            );
+            let decision = decide(&policy, workload, (memory, history), inventory, now)
+                .and_then(|d| blocker(&policy, prometheus).map(|()| d));
+            let decision = match decision {
                 Ok((method, triggers, urgency)) => Ok(candidate(
                     &policy, workload, method, triggers, reading, urgency,
                 )),
@@ -367,10 +390,24 @@ pub fn selects(policy: &Policy, w: &Workload) -> bool {
 
 type Decision = (Method, Vec<Trigger>, Option<f64>);
 
+/// A policy's blockWhen holds back each of its bounces: any result, or no answer (fail closed).
+pub fn blocker(policy: &Policy, prometheus: &Prometheus) -> Result<(), SkipReason> {
+    let Some(query) = &policy.block_when else {
+        return Ok(());
+    };
+    match prometheus.blocker(query) {
+        Ok([]) => Ok(()),
+        Ok(results) => Err(SkipReason::Blocked {
+            alerts: history::result_names(results),
+        }),
+        Err(error) => Err(SkipReason::BlockerFailed { error }),
+    }
+}
+
 fn decide(
     policy: &Policy,
     w: &Workload,
-    memory: Option<Evaluation>,
+    memory: (Option<Evaluation>, HistoryVerdicts),
     inv: &Inventory,
     now: DateTime<Utc>,
 ) -> Result<Decision, SkipReason> {
@@ -402,11 +439,14 @@ fn decide(
 fn triggers(
     policy: &Policy,
     w: &Workload,
-    eval: Option<Evaluation>,
+    (eval, history): (Option<Evaluation>, HistoryVerdicts),
     now: DateTime<Utc>,
 ) -> Result<(Vec<Trigger>, Option<f64>), SkipReason> {
-    let mut fired = Vec::new();
-    let mut not_due = NotDue::default();
+    let mut fired = history.fired;
+    let mut not_due = NotDue {
+        history: history.waiting,
+        ..NotDue::default()
+    };
     let urgency = eval.as_ref().and_then(|e| e.ratio);
     if let Some(eval) = eval {
         match eval.state {
@@ -472,3 +512,7 @@ mod group_tests;
 #[cfg(test)]
 #[path = "overrides_tests.rs"]
 mod overrides_tests;
+
+#[cfg(test)]
+#[path = "plan_prometheus_tests.rs"]
+mod prometheus_tests;

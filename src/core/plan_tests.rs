@@ -47,6 +47,7 @@ pub(crate) fn policy(name: &str, app: &str) -> Policy {
             timeout: None,
             on_revert: OnRevert::Fail,
         },
+        block_when: None,
     }
 }
 
@@ -58,8 +59,9 @@ pub(crate) fn nightly(mut p: Policy) -> Policy {
 
 pub(crate) fn over(mut p: Policy, mib: u64) -> Policy {
     p.memory = Some(MemoryTrigger {
-        threshold: Threshold::Bytes(mib * MI),
+        threshold: Some(Threshold::Bytes(mib * MI)),
         container: None,
+        history: Default::default(),
     });
     p
 }
@@ -204,8 +206,9 @@ fn memory_bounces_only_workloads_over_the_threshold_most_urgent_first() {
 fn percent_of_limit_and_named_container() {
     let mut p = policy("m", "x");
     p.memory = Some(MemoryTrigger {
-        threshold: Threshold::PercentOfLimit(80.0),
+        threshold: Some(Threshold::PercentOfLimit(80.0)),
         container: Some("main".into()),
+        history: Default::default(),
     });
     let mut hot = pod("hot-1", "x", OLD, Some(900));
     hot.containers.push(ContainerSample {
@@ -231,8 +234,9 @@ fn percent_of_limit_and_named_container() {
 fn pod_level_limit_and_sidecar_limits_set_percent_of_limit() {
     let mut p = policy("m", "x");
     p.memory = Some(MemoryTrigger {
-        threshold: Threshold::PercentOfLimit(85.0),
+        threshold: Some(Threshold::PercentOfLimit(85.0)),
         container: None,
+        history: Default::default(),
     });
     // 900Mi of a 1Gi container: over 85% alone, under 85% with a 1Gi native sidecar beside it.
     let mut with_sidecar = pod("s-1", "x", OLD, Some(900));

@@ -1,6 +1,7 @@
 //! Why a workload is bounced (`Trigger`) or skipped (`SkipReason`), with stable codes for JSON.
 
 use std::fmt;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
@@ -25,6 +26,41 @@ pub enum Trigger {
     Group {
         due: WorkloadRef,
     },
+    /// Every sample of the window over the threshold.
+    MemorySustained {
+        pod: String,
+        lowest: u64,
+        threshold: u64,
+        window: Duration,
+        samples: usize,
+    },
+    /// A least-squares slope over the window faster than the policy's rate.
+    MemoryGrowth {
+        pod: String,
+        mib_per_hour: f64,
+        above_mib_per_hour: f64,
+        window: Duration,
+        samples: usize,
+    },
+    /// The fitted line reaches `target` (the threshold, else the limit) at `projected`.
+    MemoryPredict {
+        pod: String,
+        projected: DateTime<Utc>,
+        target: u64,
+        mib_per_hour: f64,
+        case: PredictCase,
+    },
+}
+
+/// Which rule made a projected OOM due.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PredictCase {
+    /// Within the `before` horizon.
+    Horizon { before: Duration },
+    /// Inside a window, before the next window ends: waiting for it would risk the OOM.
+    InsideWindow { next_window_ends: DateTime<Utc> },
+    /// Outside the windows, before the next one opens: waiting would mean the OOM.
+    OutsideWindow { next_window_opens: DateTime<Utc> },
 }
 
 impl Trigger {
@@ -33,8 +69,15 @@ impl Trigger {
             Trigger::Schedule { .. } => "schedule",
             Trigger::Memory { .. } => "memory",
             Trigger::Group { .. } => "group",
+            Trigger::MemorySustained { .. } => "memorySustained",
+            Trigger::MemoryGrowth { .. } => "memoryGrowth",
+            Trigger::MemoryPredict { .. } => "memoryPredict",
         }
     }
+}
+
+fn human(d: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_secs(d.as_secs()))
 }
 
 impl fmt::Display for Trigger {
@@ -54,8 +97,66 @@ impl fmt::Display for Trigger {
                 )
             }
             Trigger::Group { due } => write!(f, "group ({due} is due)"),
+            Trigger::MemorySustained {
+                pod,
+                lowest,
+                threshold,
+                window,
+                samples,
+            } => write!(
+                f,
+                "memory sustained ({pod} >= {} > {} for {}, {samples} samples)",
+                format_bytes(*lowest),
+                format_bytes(*threshold),
+                human(*window)
+            ),
+            Trigger::MemoryGrowth {
+                pod,
+                mib_per_hour,
+                above_mib_per_hour,
+                window,
+                samples,
+            } => write!(
+                f,
+                "memory growth ({pod} {mib_per_hour:+.1} MiB/h > {above_mib_per_hour:.1} MiB/h over {}, {samples} samples)",
+                human(*window)
+            ),
+            Trigger::MemoryPredict {
+                pod,
+                projected,
+                target,
+                mib_per_hour,
+                case,
+            } => {
+                write!(
+                    f,
+                    "memory predict ({pod} reaches {} at {}, {mib_per_hour:+.1} MiB/h, ",
+                    format_bytes(*target),
+                    rfc3339(*projected)
+                )?;
+                match case {
+                    PredictCase::Horizon { before } => write!(f, "within {})", human(*before)),
+                    PredictCase::InsideWindow { next_window_ends } => write!(
+                        f,
+                        "inside a window, before the next window ends at {})",
+                        rfc3339(*next_window_ends)
+                    ),
+                    PredictCase::OutsideWindow { next_window_opens } => write!(
+                        f,
+                        "outside the windows, before the next window opens at {})",
+                        rfc3339(*next_window_opens)
+                    ),
+                }
+            }
         }
     }
+}
+
+/// Why a history trigger did not fire, for the report: `memory.{trigger}: {detail}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Waiting {
+    pub trigger: &'static str,
+    pub detail: String,
 }
 
 /// Why no trigger fired.
@@ -64,6 +165,8 @@ pub struct NotDue {
     pub schedule: Option<ScheduleVerdict>,
     pub next: Option<DateTime<Utc>>,
     pub memory: Option<MemoryState>,
+    /// Why each history trigger (sustained, growth, predict) did not fire.
+    pub history: Vec<Waiting>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -139,6 +242,14 @@ pub enum SkipReason {
         member: WorkloadRef,
         reason: Box<SkipReason>,
     },
+    /// The policy's blockWhen query has results (firing alerts, by name).
+    Blocked {
+        alerts: Vec<String>,
+    },
+    /// The policy's blockWhen query could not be answered: fail closed.
+    BlockerFailed {
+        error: String,
+    },
 }
 
 impl SkipReason {
@@ -169,6 +280,8 @@ impl SkipReason {
             SkipReason::ReadFailed { .. } => "readFailed",
             SkipReason::InvalidOverride { .. } => "invalidOverride",
             SkipReason::GroupHeld { .. } => "groupHeld",
+            SkipReason::Blocked { .. } => "blocked",
+            SkipReason::BlockerFailed { .. } => "blockerFailed",
         }
     }
 }
@@ -246,6 +359,12 @@ impl fmt::Display for SkipReason {
             SkipReason::GroupHeld { member, reason } => {
                 write!(f, "group held by {member}: {reason}")
             }
+            SkipReason::Blocked { alerts } => {
+                write!(f, "blocked by blockWhen: {}", alerts.join(", "))
+            }
+            SkipReason::BlockerFailed { error } => {
+                write!(f, "blocked: the blockWhen query failed ({error})")
+            }
         }
     }
 }
@@ -309,6 +428,9 @@ impl fmt::Display for NotDue {
                 MemoryState::Over { .. } => "memory over threshold".to_string(),
                 m => memory_text(m),
             });
+        }
+        for w in &self.history {
+            parts.push(format!("memory.{}: {}", w.trigger, w.detail));
         }
         if let Some(s) = &self.schedule {
             parts.push(match s {

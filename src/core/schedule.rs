@@ -166,6 +166,54 @@ pub fn in_windows(windows: &[Window], now: DateTime<Utc>) -> bool {
         })
 }
 
+/// The windows' openings from the day before `now` for eight days, as merged `[open, close)`
+/// instants in order: what the prediction needs to know how long waiting for a window would take.
+/// A local time that a DST gap skips is read one hour later (02:30 as 03:30).
+pub fn window_spans(windows: &[Window], now: DateTime<Utc>) -> Vec<(DateTime<Utc>, DateTime<Utc>)> {
+    let mut spans = Vec::new();
+    for w in windows {
+        let today = now.with_timezone(&w.time_zone).date_naive();
+        for offset in -1..=8 {
+            let day = today + chrono::Duration::days(offset);
+            if !w.days.contains(&day.weekday()) {
+                continue;
+            }
+            let close_day = if w.to <= w.from {
+                day + chrono::Duration::days(1)
+            } else {
+                day
+            };
+            let (Some(open), Some(close)) = (
+                local_instant(w.time_zone, day.and_time(w.from)),
+                local_instant(w.time_zone, close_day.and_time(w.to)),
+            ) else {
+                continue;
+            };
+            if open < close {
+                spans.push((open, close));
+            }
+        }
+    }
+    spans.sort();
+    let mut merged: Vec<(DateTime<Utc>, DateTime<Utc>)> = Vec::new();
+    for (open, close) in spans {
+        match merged.last_mut() {
+            Some(last) if open <= last.1 => last.1 = last.1.max(close),
+            _ => merged.push((open, close)),
+        }
+    }
+    merged
+}
+
+fn local_instant(zone: chrono_tz::Tz, naive: NaiveDateTime) -> Option<DateTime<Utc>> {
+    (0..=2)
+        .find_map(|h| {
+            zone.from_local_datetime(&(naive + chrono::Duration::hours(h)))
+                .earliest()
+        })
+        .map(|t| t.with_timezone(&Utc))
+}
+
 fn naive_as_utc(naive: NaiveDateTime) -> DateTime<Utc> {
     Utc.from_utc_datetime(&naive)
 }
@@ -604,5 +652,26 @@ mod tests {
         assert!(in_windows(&both, at("2024-06-08T23:00:00Z")));
         assert!(in_windows(&both, at("2024-06-09T23:30:00Z")));
         assert!(!in_windows(&both, at("2024-06-09T12:00:00Z")));
+    }
+
+    #[test]
+    fn window_spans_are_merged_instants_across_midnight_and_dst() {
+        use Weekday::{Sat, Sun};
+        let at = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
+        // Saturday 22:00 to Sunday 02:00 and Sunday 01:00-03:00 overlap: one span.
+        let windows = [
+            window(&[Sat], "22:00", "02:00", "UTC"),
+            window(&[Sun], "01:00", "03:00", "UTC"),
+        ];
+        let spans = window_spans(&windows, at("2024-06-08T12:00:00Z"));
+        assert!(spans.contains(&(at("2024-06-08T22:00:00Z"), at("2024-06-09T03:00:00Z"))));
+        assert!(spans.windows(2).all(|p| p[0].1 < p[1].0), "{spans:?}");
+        // 02:30 does not exist in Berlin on 2024-03-31: the window opens at 03:30 CEST.
+        let berlin = [window(&[Sun], "02:30", "04:00", "Europe/Berlin")];
+        let spans = window_spans(&berlin, at("2024-03-30T12:00:00Z"));
+        assert_eq!(
+            spans[0],
+            (at("2024-03-31T01:30:00Z"), at("2024-03-31T02:00:00Z"))
+        );
     }
 }

@@ -23,9 +23,11 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 pub const JOB: &str = "bouncer";
 
 /// Every skip reason code a row can carry (`reasonCode`); the unit tests keep it complete.
-pub const SKIP_REASONS: [&str; 25] = [
+pub const SKIP_REASONS: [&str; 27] = [
     "badAttemptMark",
     "barePodNoRollout",
+    "blocked",
+    "blockerFailed",
     "claimed",
     "cooldown",
     "downtime",

@@ -189,6 +189,10 @@ fn every_skip_reason() -> Vec<SkipReason> {
             },
             reason: Box::new(SkipReason::Paused),
         },
+        SkipReason::Blocked { alerts: vec![] },
+        SkipReason::BlockerFailed {
+            error: String::new(),
+        },
     ];
     for r in &all {
         match r {
@@ -216,7 +220,9 @@ fn every_skip_reason() -> Vec<SkipReason> {
             | SkipReason::RestartedMeanwhile
             | SkipReason::ReadFailed { .. }
             | SkipReason::InvalidOverride { .. }
-            | SkipReason::GroupHeld { .. } => {}
+            | SkipReason::GroupHeld { .. }
+            | SkipReason::Blocked { .. }
+            | SkipReason::BlockerFailed { .. } => {}
         }
     }
     all

@@ -10,6 +10,7 @@ mod harness;
 mod metrics;
 mod notify;
 mod overrides;
+mod prometheus;
 mod revert;
 mod safety;
 mod safety_cases;

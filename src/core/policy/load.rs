@@ -344,7 +344,7 @@ mod tests {
         );
         assert_eq!(
             vmcp.memory.as_ref().map(|m| m.threshold),
-            Some(Threshold::Bytes(1536 << 20))
+            Some(Some(Threshold::Bytes(1536 << 20)))
         );
         assert_eq!(vmcp.restart.on_revert, OnRevert::Evict);
 
@@ -355,7 +355,7 @@ mod tests {
         );
         assert_eq!(
             mcp.memory.as_ref().map(|m| m.threshold),
-            Some(Threshold::PercentOfLimit(85.0))
+            Some(Some(Threshold::PercentOfLimit(85.0)))
         );
         assert_eq!(mcp.group_by.as_deref(), Some("toolhive-name"));
         assert_eq!(mcp.restart.on_revert, OnRevert::Evict);
@@ -371,7 +371,7 @@ mod tests {
         let leaky = &policies[0];
         assert_eq!(
             leaky.memory.as_ref().map(|m| m.threshold),
-            Some(Threshold::Bytes(1 << 30))
+            Some(Some(Threshold::Bytes(1 << 30)))
         );
         assert_eq!(leaky.cooldown, Duration::from_secs(7200));
     }

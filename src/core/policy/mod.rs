@@ -44,13 +44,54 @@ pub struct Policy {
     pub max_per_run: Option<u32>,
     pub allow_downtime: bool,
     pub restart: Restart,
+    /// A PromQL query whose any result (or failure) blocks every bounce of the policy.
+    pub block_when: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemoryTrigger {
-    pub threshold: Threshold,
+    /// None only when a history trigger (growth, predict) stands alone.
+    pub threshold: Option<Threshold>,
     /// Only this container's usage (and limit) counts; None means the sum over the pod.
     pub container: Option<String>,
+    pub history: HistoryTriggers,
+}
+
+/// The memory triggers that read Prometheus history rather than one sample.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HistoryTriggers {
+    /// Over the threshold for this whole window; replaces the one-sample threshold trigger.
+    pub sustained: Option<Duration>,
+    pub growth: Option<Growth>,
+    pub predict: Option<Predict>,
+}
+
+impl HistoryTriggers {
+    /// The longest history any of them reads.
+    pub fn lookback(&self) -> Option<Duration> {
+        [
+            self.sustained,
+            self.growth.as_ref().map(|g| g.window),
+            self.predict.as_ref().map(|p| p.window),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Growth {
+    /// Bytes per `per`.
+    pub above: u64,
+    pub per: Duration,
+    pub window: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Predict {
+    pub before: Duration,
+    pub window: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]

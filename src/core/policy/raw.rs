@@ -59,6 +59,19 @@ pub struct RawSpec {
     /// Bounce even when no pod would stay ready during the restart, e.g. single replicas.
     pub allow_downtime: Option<bool>,
     pub restart: Option<RawRestart>,
+    /// Skip every bounce of this policy while a blocker says so (like kured's alert blockers).
+    pub block_when: Option<RawBlockWhen>,
+}
+
+/// What holds a policy's bounces back.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(rename = "BlockWhen")]
+pub struct RawBlockWhen {
+    /// A PromQL instant query, e.g. 'ALERTS{alertstate="firing",severity="critical"}': any
+    /// result blocks (the reason names each result's alertname), and so does a query that fails
+    /// or a run without Prometheus.
+    pub prometheus: String,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -126,12 +139,20 @@ pub struct RawSchedule {
     pub starting_deadline: Option<String>,
 }
 
-/// Restart when a pod's memory working set is over a threshold. Exactly one of `above` and
-/// `percentOfLimit`.
+/// Restart when a pod's memory working set is over a threshold (`above` or `percentOfLimit`, at
+/// most one), over it for a whole window (`sustained`), growing too fast (`growth`) or projected to
+/// reach the threshold or its limit soon (`predict`). `sustained` needs a threshold; `growth` and
+/// `predict` work without one. The three read history from Prometheus.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(rename = "MemoryTrigger")]
-#[schemars(extend("oneOf" = [{"required": ["above"]}, {"required": ["percentOfLimit"]}]))]
+#[schemars(extend(
+    "anyOf" = [
+        {"required": ["above"]}, {"required": ["percentOfLimit"]},
+        {"required": ["growth"]}, {"required": ["predict"]}
+    ],
+    "not" = {"required": ["above", "percentOfLimit"]}
+))]
 pub struct RawMemory {
     pub above: Option<RawQuantity>,
     /// Percent of the memory limit, 0 < p <= 100. Pods without a limit cannot trigger.
@@ -139,6 +160,35 @@ pub struct RawMemory {
     pub percent_of_limit: Option<f64>,
     /// Count only this container; omitted means the sum over the pod's containers.
     pub container: Option<String>,
+    /// Over the threshold for this whole duration ("15m"), every sample, not one spike.
+    pub sustained: Option<String>,
+    pub growth: Option<RawGrowth>,
+    pub predict: Option<RawPredict>,
+}
+
+/// Working set growing faster than `above` per `per`: a least-squares slope over `window`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(rename = "GrowthTrigger")]
+pub struct RawGrowth {
+    pub above: RawQuantity,
+    /// The rate's time unit as a duration, e.g. "1h".
+    pub per: String,
+    /// How much history the slope is fitted to (default: `per`).
+    pub window: Option<String>,
+}
+
+/// Projected (a least-squares line over `window`) to reach the threshold, else the memory limit,
+/// within `before`; with `windows`, inside a window: before the next window ends, outside: before
+/// the next window opens.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(rename = "PredictTrigger")]
+pub struct RawPredict {
+    /// The horizon as a duration, e.g. "2h".
+    pub before: String,
+    /// How much history the line is fitted to (default "1h").
+    pub window: Option<String>,
 }
 
 /// A weekly window: the listed days, from `from` until `to` (local time). `to` before `from`

@@ -10,9 +10,11 @@ use chrono_tz::Tz;
 use serde_yaml_ng::Value;
 
 use super::raw::{
-    RawMemory, RawPolicy, RawRestart, RawSchedule, RawSelector, RawTarget, RawWindow,
+    RawGrowth, RawMemory, RawPolicy, RawPredict, RawRestart, RawSchedule, RawSelector, RawTarget,
+    RawWindow,
 };
 use super::{API_VERSION, KIND, Selector, Threshold, Window};
+use super::{Growth, HistoryTriggers, Predict};
 use super::{
     MemoryTrigger, OnRevert, Operator, Policy, PolicyError, Requirement, Restart, RestartMethod,
 };
@@ -25,6 +27,11 @@ use crate::core::selector::{
 
 const DEFAULT_STARTING_DEADLINE: Duration = Duration::from_secs(2 * 3600);
 const DEFAULT_COOLDOWN: Duration = Duration::from_secs(3600);
+const DEFAULT_PREDICT_WINDOW: Duration = Duration::from_secs(3600);
+/// A window needs a handful of samples to mean anything, and history is read once per run: one
+/// query over days of pods would be slow for Prometheus and large for bouncer.
+const MIN_HISTORY_WINDOW: Duration = Duration::from_secs(60);
+const MAX_HISTORY_WINDOW: Duration = Duration::from_secs(7 * 86400);
 
 /// Where problems go while one document is validated.
 pub(super) struct Check<'a> {
@@ -128,6 +135,13 @@ pub(super) fn validate(raw: RawPolicy, check: &mut Check) -> Option<Policy> {
         );
     }
     let restart = restart(check, spec.restart);
+    let block_when = spec.block_when.map(|b| b.prometheus);
+    if block_when.as_ref().is_some_and(|q| q.trim().is_empty()) {
+        check.at(
+            "spec.blockWhen.prometheus",
+            "must be a PromQL query, not empty",
+        );
+    }
 
     if check.failed {
         return None;
@@ -152,6 +166,7 @@ pub(super) fn validate(raw: RawPolicy, check: &mut Check) -> Option<Policy> {
         max_per_run: spec.max_per_run,
         allow_downtime: spec.allow_downtime.unwrap_or(false),
         restart: restart?,
+        block_when,
     })
 }
 
@@ -285,16 +300,17 @@ fn schedule(check: &mut Check, raw: RawSchedule) -> Option<Schedule> {
 
 fn memory(check: &mut Check, raw: RawMemory) -> Option<MemoryTrigger> {
     const FIELD: &str = "spec.triggers.memory";
+    let history_alone = raw.growth.is_some() || raw.predict.is_some();
     let threshold = match (raw.above, raw.percent_of_limit) {
         (Some(above), None) => match bytes_value(&above.0) {
-            Ok(bytes) => Some(Threshold::Bytes(bytes)),
+            Ok(bytes) => Some(Some(Threshold::Bytes(bytes))),
             Err(problem) => {
                 check.bad(format!("{FIELD}.above"), &above.0, problem);
                 None
             }
         },
         (None, Some(percent)) => match percent_value(percent) {
-            Ok(percent) => Some(Threshold::PercentOfLimit(percent)),
+            Ok(percent) => Some(Some(Threshold::PercentOfLimit(percent))),
             Err(problem) => {
                 check.error(
                     Some(format!("{FIELD}.percentOfLimit")),
@@ -304,6 +320,7 @@ fn memory(check: &mut Check, raw: RawMemory) -> Option<MemoryTrigger> {
                 None
             }
         },
+        (None, None) if history_alone => Some(None),
         (above, _) => {
             let which = if above.is_some() { "both" } else { "neither" };
             check.at(
@@ -318,9 +335,106 @@ fn memory(check: &mut Check, raw: RawMemory) -> Option<MemoryTrigger> {
     {
         check.bad(format!("{FIELD}.container"), container, problem);
     }
+    let sustained = match raw.sustained.as_deref() {
+        None => Some(None),
+        Some(text) => history_window(check, &format!("{FIELD}.sustained"), text).map(Some),
+    };
+    if raw.sustained.is_some() && matches!(threshold, Some(None)) {
+        check.at(
+            format!("{FIELD}.sustained"),
+            "needs a threshold to be over: set above or percentOfLimit",
+        );
+    }
+    let growth = match raw.growth {
+        None => Some(None),
+        Some(g) => growth(check, g).map(Some),
+    };
+    let predict = match raw.predict {
+        None => Some(None),
+        Some(p) => predict(check, p).map(Some),
+    };
     Some(MemoryTrigger {
         threshold: threshold?,
         container: raw.container,
+        history: HistoryTriggers {
+            sustained: sustained?,
+            growth: growth?,
+            predict: predict?,
+        },
+    })
+}
+
+/// A duration that a history trigger reads back over.
+fn history_window(check: &mut Check, field: &str, text: &str) -> Option<Duration> {
+    let d = duration(check, field, Some(text), Duration::ZERO)?;
+    if d < MIN_HISTORY_WINDOW {
+        check.bad(
+            field,
+            text,
+            "must be at least 1m (a window needs several samples)",
+        );
+        None
+    } else if d > MAX_HISTORY_WINDOW {
+        check.bad(
+            field,
+            text,
+            "must be at most 7d (history is read in one query per run)",
+        );
+        None
+    } else {
+        Some(d)
+    }
+}
+
+fn growth(check: &mut Check, raw: RawGrowth) -> Option<Growth> {
+    const FIELD: &str = "spec.triggers.memory.growth";
+    let above = match bytes_value(&raw.above.0) {
+        Ok(bytes) => Some(bytes),
+        Err(problem) => {
+            check.bad(format!("{FIELD}.above"), &raw.above.0, problem);
+            None
+        }
+    };
+    let per = duration(
+        check,
+        &format!("{FIELD}.per"),
+        Some(&raw.per),
+        Duration::ZERO,
+    );
+    let window = match (raw.window.as_deref(), per) {
+        (Some(text), _) => history_window(check, &format!("{FIELD}.window"), text),
+        (None, Some(per)) if per < MIN_HISTORY_WINDOW || per > MAX_HISTORY_WINDOW => {
+            check.bad(
+                format!("{FIELD}.per"),
+                &raw.per,
+                "is also the default window: set window (1m to 7d) for a rate per this unit",
+            );
+            None
+        }
+        (None, per) => per,
+    };
+    Some(Growth {
+        above: above?,
+        per: per?,
+        window: window?,
+    })
+}
+
+fn predict(check: &mut Check, raw: RawPredict) -> Option<Predict> {
+    const FIELD: &str = "spec.triggers.memory.predict";
+    let before = duration(
+        check,
+        &format!("{FIELD}.before"),
+        Some(&raw.before),
+        Duration::ZERO,
+    );
+    let window = match raw.window.as_deref() {
+        None => Some(DEFAULT_PREDICT_WINDOW),
+        Some(text) => history_window(check, &format!("{FIELD}.window"), text),
+    };
+    Some(Predict {
+        before: before?,
+        window: window?,
     })
 }
 
@@ -526,6 +640,15 @@ mod tests {
             (r#"spec.triggers.memory.above: "1GB": unknown suffix"#, |d| d["spec"]["triggers"]["memory"]["above"] = json!("1GB")),
             (r#"spec.triggers.memory.container: "App": must be a DNS-1123 label"#, |d| d["spec"]["triggers"]["memory"]["container"] = json!("App")),
             ("spec.triggers: no trigger", |d| d["spec"]["triggers"] = json!({})),
+            ("spec.triggers.memory.sustained: needs a threshold to be over", |d| d["spec"]["triggers"]["memory"] = json!({"sustained": "15m", "predict": {"before": "2h"}})),
+            (r#"spec.triggers.memory.sustained: "10s": must be at least 1m"#, |d| d["spec"]["triggers"]["memory"]["sustained"] = json!("10s")),
+            (r#"spec.triggers.memory.growth.per: "fast": not a duration"#, |d| d["spec"]["triggers"]["memory"]["growth"] = json!({"above": "50Mi", "per": "fast"})),
+            (r#"spec.triggers.memory.growth.above: "1GB": unknown suffix"#, |d| d["spec"]["triggers"]["memory"]["growth"] = json!({"above": "1GB", "per": "1h"})),
+            (r#"spec.triggers.memory.growth.per: "10s": is also the default window"#, |d| d["spec"]["triggers"]["memory"]["growth"] = json!({"above": "1Mi", "per": "10s"})),
+            (r#"spec.triggers.memory.predict.window: "30d": must be at most 7d"#, |d| d["spec"]["triggers"]["memory"]["predict"] = json!({"before": "2h", "window": "30d"})),
+            (r#"spec.triggers.memory.predict.before: "0h": must be longer than zero"#, |d| d["spec"]["triggers"]["memory"]["predict"] = json!({"before": "0h"})),
+            ("spec.triggers.memory.predict.before: required field is missing", |d| d["spec"]["triggers"]["memory"]["predict"] = json!({"window": "1h"})),
+            ("spec.blockWhen.prometheus: must be a PromQL query, not empty", |d| d["spec"]["blockWhen"] = json!({"prometheus": " "})),
             ("spec.windows: windows only gate the memory trigger", |d| {
                 d["spec"]["triggers"]["memory"] = Json::Null;
                 d["spec"]["windows"] = json!([{"days": ["Mon"], "from": "01:00", "to": "02:00"}]);

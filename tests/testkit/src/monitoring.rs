@@ -397,6 +397,16 @@ pub struct Prometheus {
 
 impl Prometheus {
     pub async fn start(targets: &[String], rules: &str) -> Result<Prometheus> {
+        Prometheus::start_with_history(targets, rules, None).await
+    }
+
+    /// As `start`, with `history` (OpenMetrics text, ending `# EOF`) written into its storage by
+    /// `promtool tsdb create-blocks-from openmetrics` first: hours of samples without waiting.
+    pub async fn start_with_history(
+        targets: &[String],
+        rules: &str,
+        history: Option<&str>,
+    ) -> Result<Prometheus> {
         let config = serde_json::json!({
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": ["rules.yaml"],
@@ -411,6 +421,21 @@ impl Prometheus {
             let written = std::fs::write(dir.join("prometheus.yml"), config.to_string())
                 .and_then(|()| std::fs::write(dir.join("rules.yaml"), rules));
             written.expect("write the Prometheus config");
+            if let Some(history) = history {
+                let file = dir.join("history.om");
+                std::fs::write(&file, history).expect("write the history");
+                let out = std::process::Command::new("promtool")
+                    .args(["tsdb", "create-blocks-from", "openmetrics"])
+                    .arg(&file)
+                    .arg(dir.join("data"))
+                    .output()
+                    .expect("promtool runs (Debian: apt-get install prometheus)");
+                assert!(
+                    out.status.success(),
+                    "promtool: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
             vec![
                 "--config.file=prometheus.yml".into(),
                 format!("--storage.tsdb.path={}", dir.join("data").display()),
@@ -433,6 +458,29 @@ impl Prometheus {
             .as_array()
             .cloned()
             .unwrap_or_default())
+    }
+
+    pub fn url(&self) -> String {
+        self.server.url()
+    }
+
+    /// Prometheus's own count of the API requests it served, by handler (e.g. "/api/v1/query").
+    pub async fn requests_served(&self, handler: &str) -> Result<f64> {
+        let text = http()
+            .get(format!("{}/metrics", self.server.url()))
+            .send()
+            .await?
+            .error_for_status()?
+            .text()
+            .await?;
+        Ok(parse_exposition(&text)
+            .iter()
+            .filter(|s| {
+                s.name == "prometheus_http_requests_total"
+                    && s.labels.get("handler").is_some_and(|h| h == handler)
+            })
+            .map(|s| s.value)
+            .sum())
     }
 
     /// `/api/v1/rules`: the rule groups with each rule's health and last error.
