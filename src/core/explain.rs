@@ -192,10 +192,12 @@ fn policy_explanation(
             Some(Threshold::PercentOfLimit(p)) => format!("{p}% of the memory limit"),
             None => "none, history triggers only".into(),
         };
+        // A trigger with only history rules (sustained replaces the one-sample threshold) has
+        // no one-sample reading: its steps follow.
         let (result, text) = match eval.map(|e| e.state) {
             Some(state @ memory::MemoryState::Over { .. }) => (Outcome::Fired, memory_text(&state)),
             Some(state) => (Outcome::NotFired, memory_text(&state)),
-            None => (Outcome::NotFired, "no reading".to_string()),
+            None => (Outcome::Info, "no one-sample threshold".to_string()),
         };
         let missing = reading
             .as_ref()
@@ -215,15 +217,19 @@ fn policy_explanation(
         &prometheus.history,
         now,
     );
+    // One name per history rule, whether it fired or waits.
+    let rule = |name: &str| match name {
+        "memorySustained" | "sustained" => "memory.sustained",
+        "memoryGrowth" | "growth" => "memory.growth",
+        "memoryPredict" | "predict" => "memory.predict",
+        _ => "memory.history",
+    };
     for t in &history.fired {
-        steps.push(step(t.code(), Outcome::Fired, t.to_string()));
+        steps.push(step(rule(t.code()), Outcome::Fired, t.to_string()));
     }
     for waiting in &history.waiting {
-        steps.push(step(
-            waiting.trigger,
-            Outcome::NotFired,
-            waiting.detail.clone(),
-        ));
+        let detail = waiting.detail.clone();
+        steps.push(step(rule(waiting.trigger), Outcome::NotFired, detail));
     }
     if policy.block_when.is_some() {
         steps.push(gate(
@@ -346,7 +352,7 @@ pub fn text(e: &Explanation) -> String {
                 Outcome::NotFired => "-",
                 Outcome::Info => "",
             };
-            out.push_str(&format!("  {:<13} {:<6} {}\n", s.step, mark, s.detail));
+            out.push_str(&format!("  {:<16} {:<6} {}\n", s.step, mark, s.detail));
         }
         let code = p
             .reason_code
@@ -354,7 +360,7 @@ pub fn text(e: &Explanation) -> String {
             .map(|c| format!(" [{c}]"))
             .unwrap_or_default();
         out.push_str(&format!(
-            "  {:<13} {:<6} {}\n",
+            "  {:<16} {:<6} {}\n",
             "decision",
             format!("{}{code}", p.decision),
             p.reason
@@ -437,7 +443,7 @@ mod tests {
         let text = text(&e);
         assert!(text.starts_with("deployment/a/api: 1 pod(s); selected by 2 of 3 policies"));
         assert!(
-            text.contains("  decision      skip [cooldown] cooldown: restarted"),
+            text.contains("  decision         skip [cooldown] cooldown: restarted"),
             "{text}"
         );
         assert!(

@@ -22,6 +22,18 @@ const LOG: &str = "info,bouncer::cluster::prometheus=debug";
 const READY: Duration = Duration::from_secs(180);
 const MI: f64 = (1u64 << 20) as f64;
 
+/// `bouncer explain TARGET` as text, as on-call reads it.
+async fn explain_text(target: &str, policies: &Policies, url: &str) -> String {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_bouncer"))
+        .args(["explain", target, "--prometheus-url", url, "--policies"])
+        .arg(policies.path())
+        .env("KUBECONFIG", &bouncer_testkit::cluster().kubeconfig)
+        .output()
+        .await
+        .expect("bouncer starts");
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
 /// Deploys one single-replica Deployment labelled `app=NAME` and returns its pod's name.
 async fn deploy(client: &Client, ns: &str, name: &str) -> String {
     create(client, ns, &deployment(name, 1, &[("app", name)]))
@@ -204,6 +216,37 @@ async fn history_triggers_decide_on_real_prometheus_history() {
         prometheus.requests_served("/api/v1/query").await.unwrap(),
         0.0
     );
+
+    // `explain` shows each history trigger with its numbers, as the plan decided.
+    for (name, trigger, result) in [
+        ("spike", "memory.sustained", "notFired"),
+        ("steady", "memory.sustained", "fired"),
+        ("leak", "memory.growth", "fired"),
+        ("soon", "memory.predict", "fired"),
+        ("later", "memory.predict", "notFired"),
+    ] {
+        let target = format!("deploy/{n}/{name}");
+        let e = bouncer(
+            &["explain", &target, "--prometheus-url", url.as_str()],
+            &policies,
+            n,
+        )
+        .await;
+        assert_eq!(e.code, 0, "{}", e.stderr);
+        let steps = e.report["policies"][0]["steps"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            steps
+                .iter()
+                .any(|s| s["step"] == trigger && s["result"] == result),
+            "{name}: no {trigger} step {result}: {:#}",
+            e.report
+        );
+        let text = explain_text(&target, &policies, url.as_str()).await;
+        eprintln!("$ bouncer explain {target}\n{text}");
+    }
 }
 
 #[tokio::test]
