@@ -65,7 +65,7 @@ fn pod(name: &str, app: &str, started: &str, usage_mib: Option<u64>) -> PodSampl
     PodSample {
         name: name.into(),
         uid: format!("uid-{name}"),
-        labels: labels(&[("app", app)]),
+        labels: labels(&[("app", app)]).into(),
         started: Some(t(started)),
         ready: true,
         deleting: false,
