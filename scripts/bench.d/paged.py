@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""One LIST read page by page, as bouncer reads it (limit=500, following `continue`), on one
+"""One LIST read page by page, as bouncer reads it (limit=PAGE, following `continue`), on one
 keep-alive connection; each page is read whole and dropped. The `continue` token sits in the list
 metadata at the head of the page, so only the first bytes are searched: the client does no parsing
 work worth measuring. Prints the number of pages and the seconds from opening the connection to
 the last page (the interpreter's own start is left out: curl's is a few milliseconds).
 
-  paged.py PATH        (e.g. /api/v1/pods)
+  paged.py PATH PAGE   (e.g. /api/v1/pods 5000)
 
 Connection settings come from the environment: BENCH_SERVER, BENCH_CA, BENCH_TOKEN.
 """
@@ -18,12 +18,11 @@ import sys
 import time
 import urllib.parse
 
-PAGE = 500
 CONTINUE = re.compile(rb'"continue":"([^"]*)"')
 
 
 def main():
-    path = sys.argv[1]
+    path, page = sys.argv[1], int(sys.argv[2])
     server = urllib.parse.urlparse(os.environ["BENCH_SERVER"])
     ctx = ssl.create_default_context(cafile=os.environ["BENCH_CA"])
     t0 = time.perf_counter()
@@ -33,7 +32,7 @@ def main():
                "User-Agent": "bouncer-bench-floor"}
     cont, pages = "", 0
     while True:
-        q = f"?limit={PAGE}" + (f"&continue={urllib.parse.quote(cont)}" if cont else "")
+        q = f"?limit={page}" + (f"&continue={urllib.parse.quote(cont)}" if cont else "")
         conn.request("GET", path + q, headers=headers)
         resp = conn.getresponse()
         body = resp.read()

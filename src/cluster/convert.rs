@@ -3,6 +3,7 @@
 //! events alike): one set of rules per kind.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
@@ -211,56 +212,69 @@ fn memory_limit(resources: Option<&wire::ResourceRequirements>) -> Option<u64> {
 
 impl From<&wire::Pod> for PodSample {
     fn from(p: &wire::Pod) -> PodSample {
-        let status = p.status.as_ref();
-        PodSample {
-            name: p.metadata.name.clone().unwrap_or_default(),
-            uid: p.metadata.uid.clone().unwrap_or_default(),
-            labels: map(&p.metadata.labels),
-            started: status.and_then(|s| s.start_time.as_ref()).map(time),
-            ready: status
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
-            deleting: p.metadata.deletion_timestamp.is_some(),
-            containers: p
-                .spec
-                .iter()
-                .flat_map(|s| {
-                    let sidecars = s
-                        .init_containers
-                        .iter()
-                        .filter(|c| c.restart_policy.as_deref() == Some(SIDECAR_RESTART_POLICY));
-                    s.containers.iter().chain(sidecars)
-                })
-                .map(|c| ContainerSample {
-                    name: c.name.clone(),
-                    usage: None,
-                    limit: memory_limit(c.resources.as_ref()),
-                })
-                .collect(),
-            limit: p
-                .spec
-                .as_ref()
-                .and_then(|s| memory_limit(s.resources.as_ref())),
-            has_metrics: false,
-        }
+        pod(p.clone(), None)
+    }
+}
+
+/// What runs for the pod's whole life: its containers and native sidecars.
+fn lifelong(s: &wire::PodSpec) -> impl Iterator<Item = &wire::Container> {
+    let sidecars = s
+        .init_containers
+        .iter()
+        .filter(|c| c.restart_policy.as_deref() == Some(SIDECAR_RESTART_POLICY));
+    s.containers.iter().chain(sidecars)
+}
+
+/// A pod as the planner samples it. Its labels are `sibling`'s (one map for both) when they are
+/// the same, as they are for the pods of one ReplicaSet.
+pub fn pod(p: wire::Pod, sibling: Option<&PodSample>) -> PodSample {
+    let status = p.status.as_ref();
+    let labels = p.metadata.labels.unwrap_or_default();
+    let labels = match sibling {
+        Some(s) if *s.labels == labels => Arc::clone(&s.labels),
+        _ => Arc::new(labels),
+    };
+    // Sized exactly: collecting through the sidecar filter would reserve room for four.
+    let mut containers = Vec::with_capacity(p.spec.as_ref().map_or(0, |s| lifelong(s).count()));
+    containers.extend(p.spec.iter().flat_map(lifelong).map(|c| ContainerSample {
+        name: c.name.clone(),
+        usage: None,
+        limit: memory_limit(c.resources.as_ref()),
+    }));
+    PodSample {
+        name: p.metadata.name.unwrap_or_default(),
+        uid: p.metadata.uid.unwrap_or_default(),
+        labels,
+        started: status.and_then(|s| s.start_time.as_ref()).map(time),
+        ready: status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+        deleting: p.metadata.deletion_timestamp.is_some(),
+        containers,
+        limit: p
+            .spec
+            .as_ref()
+            .and_then(|s| memory_limit(s.resources.as_ref())),
+        has_metrics: false,
     }
 }
 
 /// A bare pod as its own workload.
-pub fn bare(p: wire::Pod) -> Workload {
-    let sample = PodSample::from(&p);
-    let meta = p.metadata;
-    let name = meta.name.unwrap_or_default();
+pub fn bare(mut p: wire::Pod) -> Workload {
+    let namespace = p.metadata.namespace.take().unwrap_or_default();
+    let annotations = p.metadata.annotations.take().unwrap_or_default();
+    let sample = pod(p, None);
     Workload {
         target: WorkloadRef {
             kind: Kind::Pod,
-            namespace: meta.namespace.unwrap_or_default(),
-            name,
+            namespace,
+            name: sample.name.clone(),
         },
-        labels: sample.labels.clone(),
-        template_labels: sample.labels.clone(),
+        labels: (*sample.labels).clone(),
+        template_labels: (*sample.labels).clone(),
         pod_selector: Selector::default(),
-        annotations: map(&meta.annotations),
+        mirror: annotations.contains_key(MIRROR_ANNOTATION),
+        annotations,
         // A bare pod's mark lives on the Lease (it must survive the pod); see Inventory.
         attempt: AttemptMark::None,
         restarted_at: None,
@@ -275,10 +289,6 @@ pub fn bare(p: wire::Pod) -> Workload {
             ..Default::default()
         },
         min_ready_during_restart: 0,
-        mirror: meta
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION)),
         pods: vec![sample],
     }
 }

@@ -10,8 +10,12 @@ use serde::de::{DeserializeOwned, Error as _};
 use super::wire::ListMeta;
 
 const SLICE: usize = 16 * 1024;
-/// Objects per LIST page.
-const PAGE: u32 = 500;
+/// Objects per LIST page. Items are read as they stream, so a page costs bouncer no more memory
+/// than an object does; what a page costs is a round trip and the API server's work to resume
+/// from a continue token, which at pages of 500 made a LIST of 20,000 pods take 1.6 times as
+/// long as one unpaged request. Pages stay (rather than one unpaged LIST) so that the API server
+/// never has to build a response of a whole large cluster at once.
+const PAGE: u32 = 5000;
 
 /// What the bytes at depth 1 (the list object's own fields) are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +93,11 @@ impl ListSplitter {
                 (None, false) => self.pos,
             };
             self.buf.drain(..keep);
+            // One oversized object (a pod with a large annotation, say) must not keep its room for the
+            // rest of the LIST.
+            if self.buf.capacity() > 4 * SLICE && self.buf.len() <= SLICE {
+                self.buf.shrink_to(2 * SLICE);
+            }
             self.pos -= keep;
             self.string_start = self.string_start.saturating_sub(keep);
             if let Some(c) = &mut self.capture {
@@ -203,14 +212,13 @@ impl ListSplitter {
     }
 }
 
-/// Every page (of 500) of one LIST; each object is converted as soon as it has arrived. Returns
-/// the list's resourceVersion (where a watch of the same objects starts).
-pub async fn pages<W, T>(
+/// Every page of one LIST; each object goes to `item` as soon as it has arrived. Returns the
+/// list's resourceVersion (where a watch of the same objects starts).
+pub async fn pages<W>(
     client: &Client,
     url: &str,
     params: &ListParams,
-    f: impl Fn(W) -> T,
-    out: &mut Vec<T>,
+    mut item: impl FnMut(W),
 ) -> Result<Option<String>, kube::Error>
 where
     W: DeserializeOwned,
@@ -220,7 +228,7 @@ where
         let request = kube::core::Request::new(url)
             .list(&params)
             .map_err(kube::Error::BuildRequest)?;
-        let page = read_list(client, request, |item: W| out.push(f(item))).await?;
+        let page = read_list(client, request, &mut item).await?;
         match page.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(page.resource_version),

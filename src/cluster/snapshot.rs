@@ -1,7 +1,9 @@
-//! The cluster snapshot: a fixed set of paged LISTs (fetched concurrently, converted page by page
-//! into domain structs) and the grouping of pods under their owning workloads.
+//! The cluster snapshot: a fixed set of paged LISTs (fetched concurrently, converted object by
+//! object as they stream into domain structs) and the grouping of pods under their owning
+//! workloads.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -18,17 +20,6 @@ use crate::core::model::{
 };
 use crate::core::quantity::parse_bytes;
 
-/// A pod as the snapshot keeps it: under its controller, or a bare pod (its own workload).
-enum PodEntry {
-    Owned {
-        owner_kind: String,
-        owner: String,
-        namespace: String,
-        sample: PodSample,
-    },
-    Bare(Box<Workload>),
-}
-
 /// Pods on their way out (terminating, or finished) say nothing about the workload's current
 /// pods: counting them would make a just-restarted workload look old again.
 fn gone(p: &wire::Pod) -> bool {
@@ -36,24 +27,101 @@ fn gone(p: &wire::Pod) -> bool {
     p.metadata.deletion_timestamp.is_some() || matches!(phase, Some("Succeeded" | "Failed"))
 }
 
-fn pod_entry(p: wire::Pod) -> Option<PodEntry> {
-    let controller = p
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true));
-    match controller {
-        // A terminating bare pod stays: it is the workload, and the gates must see it.
-        _ if gone(&p) && controller.is_some() => None,
-        Some(o) => Some(PodEntry::Owned {
-            owner_kind: o.kind.clone(),
-            owner: o.name.clone(),
-            namespace: p.metadata.namespace.clone().unwrap_or_default(),
-            sample: PodSample::from(&p),
-        }),
-        None => Some(PodEntry::Bare(Box::new(convert::bare(p)))),
+/// Working set per namespace -> pod -> (container, bytes), for the PodMetrics whose pod has not
+/// been read yet; a pod has a container or two, for which a list is a fraction of a map.
+#[derive(Default)]
+struct Usage(BTreeMap<String, BTreeMap<String, Vec<(String, u64)>>>);
+
+impl Usage {
+    fn insert(&mut self, m: wire::PodMetrics) {
+        let mut containers = Vec::with_capacity(m.containers.len());
+        containers.extend(m.containers.into_iter().filter_map(|c| {
+            let bytes = parse_bytes(&c.usage.memory?.0).ok()?;
+            Some((c.name, bytes))
+        }));
+        let namespace = m.metadata.namespace.unwrap_or_default();
+        let name = m.metadata.name.unwrap_or_default();
+        self.0
+            .entry(namespace)
+            .or_default()
+            .insert(name, containers);
     }
+
+    fn take(&mut self, namespace: &str, pod: &str) -> Option<Vec<(String, u64)>> {
+        self.0.get_mut(namespace)?.remove(pod)
+    }
+}
+
+fn with_usage(sample: &mut PodSample, containers: &[(String, u64)]) {
+    sample.has_metrics = true;
+    for c in &mut sample.containers {
+        c.usage = containers
+            .iter()
+            .find(|(name, _)| *name == c.name)
+            .map(|(_, bytes)| *bytes);
+    }
+}
+
+/// (namespace, owner kind, owner name): a controller's pods as the LIST names it.
+type OwnerKey = (String, String, String);
+
+/// The pods, grouped as the LIST streams so that a cluster's worth of them is never staged and
+/// the owner is kept once per controller rather than per pod. Their metrics are joined as the
+/// pods arrive; those that arrive after their pod wait in `usage` for [`group`].
+#[derive(Default)]
+struct Pods {
+    owned: BTreeMap<OwnerKey, Vec<PodSample>>,
+    bare: Vec<Workload>,
+    usage: Usage,
+}
+
+impl Pods {
+    fn pod(&mut self, mut p: wire::Pod) {
+        let mut owners = p.metadata.owner_references.take().unwrap_or_default();
+        let controller = owners.iter().position(|o| o.controller == Some(true));
+        let namespace = p.metadata.namespace.take().unwrap_or_default();
+        let usage = self
+            .usage
+            .take(&namespace, p.metadata.name.as_deref().unwrap_or_default());
+        match controller {
+            // A terminating bare pod stays: it is the workload, and the gates must see it.
+            Some(_) if gone(&p) => {}
+            Some(i) => {
+                let owner = owners.swap_remove(i);
+                let pods = self
+                    .owned
+                    .entry((namespace, owner.kind, owner.name))
+                    .or_default();
+                let mut sample = convert::pod(p, pods.last());
+                if let Some(containers) = usage {
+                    with_usage(&mut sample, &containers);
+                }
+                pods.push(sample);
+            }
+            None => {
+                p.metadata.namespace = Some(namespace);
+                let mut w = convert::bare(p);
+                if let Some(containers) = usage {
+                    w.pods.iter_mut().for_each(|s| with_usage(s, &containers));
+                }
+                self.bare.push(w);
+            }
+        }
+    }
+
+    /// The metrics LIST failed, possibly after some of it was joined: no pod has metrics.
+    fn forget_metrics(&mut self) {
+        self.usage = Usage::default();
+        let bare = self.bare.iter_mut().flat_map(|w| w.pods.iter_mut());
+        for sample in self.owned.values_mut().flatten().chain(bare) {
+            sample.has_metrics = false;
+            sample.containers.iter_mut().for_each(|c| c.usage = None);
+        }
+    }
+}
+
+fn lock(pods: &Mutex<Pods>) -> std::sync::MutexGuard<'_, Pods> {
+    pods.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// (namespace, replicaset) -> the Deployment that controls it, if any.
@@ -74,30 +142,29 @@ fn rs_owner(rs: wire::ReplicaSet) -> ((String, String), Option<String>) {
     )
 }
 
-/// Working set per (namespace, pod) -> (container, bytes); a pod has a container or two, for
-/// which a list is a fraction of the size of a map.
-type Usage = BTreeMap<(String, String), Vec<(String, u64)>>;
-
-fn metrics_entry(m: wire::PodMetrics) -> ((String, String), Vec<(String, u64)>) {
-    let containers = m
-        .containers
-        .into_iter()
-        .filter_map(|c| {
-            let bytes = parse_bytes(&c.usage.memory?.0).ok()?;
-            Some((c.name, bytes))
-        })
-        .collect();
-    (
-        (
-            m.metadata.namespace.unwrap_or_default(),
-            m.metadata.name.unwrap_or_default(),
-        ),
-        containers,
-    )
+/// LISTs every page of one collection (`url(namespace)`), in every namespace or in each of
+/// `scope`, reading each object in its slim wire form `W` and handing it to `item` at once.
+async fn each<W>(
+    client: &Client,
+    scope: &[String],
+    url: impl Fn(Option<&str>) -> String,
+    mut item: impl FnMut(W),
+) -> Result<(), kube::Error>
+where
+    W: DeserializeOwned,
+{
+    let urls: Vec<String> = if scope.is_empty() {
+        vec![url(None)]
+    } else {
+        scope.iter().map(|ns| url(Some(ns))).collect()
+    };
+    for url in urls {
+        pages(client, &url, &ListParams::default(), &mut item).await?;
+    }
+    Ok(())
 }
 
-/// LISTs every page of one collection (`url(namespace)`), in every namespace or in each of
-/// `scope`, reading each object in its slim wire form `W` and converting it at once.
+/// [`each`], each object converted by `f` and kept.
 async fn list<W, T>(
     client: &Client,
     scope: &[String],
@@ -107,15 +174,8 @@ async fn list<W, T>(
 where
     W: DeserializeOwned,
 {
-    let urls: Vec<String> = if scope.is_empty() {
-        vec![url(None)]
-    } else {
-        scope.iter().map(|ns| url(Some(ns))).collect()
-    };
     let mut out = Vec::new();
-    for url in urls {
-        pages(client, &url, &ListParams::default(), &f, &mut out).await?;
-    }
+    each(client, scope, url, |w| out.push(f(w))).await?;
     Ok(out)
 }
 
@@ -180,22 +240,20 @@ pub async fn snapshot(
         .map_err(wrap("namespaces"))?;
         Ok::<_, ClusterError>(all.into_iter().flatten().collect::<BTreeSet<_>>())
     };
+    let pods = Mutex::new(Pods::default());
     let metrics = async {
-        match list(metrics_client, scope, pod_metrics, metrics_entry).await {
-            Ok(m) => (MetricsState::Available, m.into_iter().collect::<Usage>()),
-            Err(e) => (MetricsState::Unavailable(metrics_failure(&e)), Usage::new()),
+        let usage = |m| lock(&pods).usage.insert(m);
+        match each(metrics_client, scope, pod_metrics, usage).await {
+            Ok(()) => MetricsState::Available,
+            Err(e) => MetricsState::Unavailable(metrics_failure(&e)),
         }
     };
-    let (pods, rs, deployments, statefulsets, daemonsets, pdbs, excluded, (metrics, usage)) = futures::join!(
+    let (listed, rs, deployments, statefulsets, daemonsets, pdbs, excluded, metrics) = futures::join!(
         async {
-            list(
-                client,
-                scope,
-                |ns| kinds::collection(Kind::Pod, ns),
-                pod_entry,
-            )
-            .await
-            .map_err(wrap("pods"))
+            let url = |ns: Option<&str>| kinds::collection(Kind::Pod, ns);
+            each(client, scope, url, |p| lock(&pods).pod(p))
+                .await
+                .map_err(wrap("pods"))
         },
         async {
             list(client, scope, kinds::replicasets, rs_owner)
@@ -231,97 +289,94 @@ pub async fn snapshot(
         namespaces,
         metrics,
     );
+    listed?;
+    let mut pods = pods.into_inner().unwrap_or_else(PoisonError::into_inner);
+    if metrics != MetricsState::Available {
+        pods.forget_metrics();
+    }
     let mut workloads: Vec<Workload> = deployments?;
     workloads.extend(statefulsets?);
     workloads.extend(daemonsets?);
-    let inventory = group(pods?, rs?.into_iter().collect(), workloads, &usage);
+    let (workloads, unsupported) = group(pods, rs?.into_iter().collect(), workloads);
     Ok(Inventory {
-        workloads: inventory.0,
-        unsupported: inventory.1,
+        workloads,
+        unsupported,
         excluded_namespaces: excluded?,
         pdbs: pdbs?,
         metrics,
     })
 }
 
-fn with_usage(mut sample: PodSample, namespace: &str, usage: &Usage) -> PodSample {
-    if let Some(containers) = usage.get(&(namespace.to_string(), sample.name.clone())) {
-        sample.has_metrics = true;
-        for c in &mut sample.containers {
-            c.usage = containers
-                .iter()
-                .find(|(name, _)| *name == c.name)
-                .map(|(_, bytes)| *bytes);
-        }
-    }
-    sample
-}
-
-/// Groups pods under their workloads: Pod→ReplicaSet→Deployment, Pod→StatefulSet,
+/// Puts each controller's pods under their workload: Pod→ReplicaSet→Deployment, Pod→StatefulSet,
 /// Pod→DaemonSet, bare pods on their own; any other owner is reported as unsupported.
 fn group(
-    pods: Vec<Option<PodEntry>>,
+    pods: Pods,
     rs_owners: BTreeMap<(String, String), Option<String>>,
     mut workloads: Vec<Workload>,
-    usage: &Usage,
 ) -> (Vec<Workload>, Vec<Unsupported>) {
+    let Pods {
+        owned,
+        mut bare,
+        mut usage,
+    } = pods;
     let index: BTreeMap<WorkloadRef, usize> = workloads
         .iter()
         .enumerate()
         .map(|(i, w)| (w.target.clone(), i))
         .collect();
     let mut unsupported = Vec::new();
-    let mut bare = Vec::new();
-    for entry in pods.into_iter().flatten() {
-        match entry {
-            PodEntry::Bare(mut w) => {
-                let ns = w.target.namespace.clone();
-                w.pods = w
-                    .pods
-                    .into_iter()
-                    .map(|p| with_usage(p, &ns, usage))
-                    .collect();
-                bare.push(*w);
+    for ((namespace, owner_kind, owner), mut samples) in owned {
+        for sample in &mut samples {
+            if let Some(containers) = usage.take(&namespace, &sample.name) {
+                with_usage(sample, &containers);
             }
-            PodEntry::Owned {
-                owner_kind,
-                owner,
-                namespace,
-                sample,
-            } => {
-                let resolved = match owner_kind.as_str() {
-                    "ReplicaSet" => match rs_owners.get(&(namespace.clone(), owner.clone())) {
-                        Some(Some(deployment)) => Some((Kind::Deployment, deployment.clone())),
-                        _ => None,
-                    },
-                    "StatefulSet" => Some((Kind::StatefulSet, owner.clone())),
-                    "DaemonSet" => Some((Kind::DaemonSet, owner.clone())),
-                    _ => None,
-                };
-                let slot = resolved.and_then(|(kind, name)| {
-                    index
-                        .get(&WorkloadRef {
-                            kind,
-                            namespace: namespace.clone(),
-                            name,
-                        })
-                        .copied()
-                });
-                match slot {
-                    Some(i) => workloads[i]
-                        .pods
-                        .push(with_usage(sample, &namespace, usage)),
-                    None => unsupported.push(Unsupported {
-                        namespace,
-                        pod: sample.name,
-                        owner_kind,
-                        owner_name: owner,
-                        labels: sample.labels,
-                    }),
+        }
+        let resolved = match owner_kind.as_str() {
+            "ReplicaSet" => match rs_owners.get(&(namespace.clone(), owner.clone())) {
+                Some(Some(deployment)) => Some((Kind::Deployment, deployment.clone())),
+                _ => None,
+            },
+            "StatefulSet" => Some((Kind::StatefulSet, owner.clone())),
+            "DaemonSet" => Some((Kind::DaemonSet, owner.clone())),
+            _ => None,
+        };
+        let slot = resolved.and_then(|(kind, name)| {
+            index
+                .get(&WorkloadRef {
+                    kind,
+                    namespace: namespace.clone(),
+                    name,
+                })
+                .copied()
+        });
+        match slot {
+            Some(i) => {
+                let pods = &mut workloads[i].pods;
+                if pods.is_empty() {
+                    *pods = samples;
+                } else {
+                    // A Deployment mid-rollout: its ReplicaSets' pods in the LIST's order again.
+                    pods.append(&mut samples);
+                    pods.sort_by(|a, b| a.name.cmp(&b.name));
                 }
+            }
+            None => unsupported.extend(samples.into_iter().map(|s| Unsupported {
+                namespace: namespace.clone(),
+                pod: s.name,
+                owner_kind: owner_kind.clone(),
+                owner_name: owner.clone(),
+                labels: Arc::unwrap_or_clone(s.labels),
+            })),
+        }
+    }
+    for w in &mut bare {
+        for sample in &mut w.pods {
+            if let Some(containers) = usage.take(&w.target.namespace, &sample.name) {
+                with_usage(sample, &containers);
             }
         }
     }
+    unsupported.sort_by(|a, b| (&a.namespace, &a.pod).cmp(&(&b.namespace, &b.pod)));
     workloads.extend(bare);
     workloads.sort_by(|a, b| a.target.cmp(&b.target));
     (workloads, unsupported)
@@ -336,24 +391,12 @@ pub async fn read_workload(client: &Client, target: &WorkloadRef) -> Result<Work
     }
     let selected = ListParams::default().labels(&w.pod_selector.to_string());
     let mut listed: Vec<wire::Pod> = Vec::new();
-    pages(
-        client,
-        &kinds::collection(Kind::Pod, Some(ns)),
-        &selected,
-        |p| p,
-        &mut listed,
-    )
-    .await?;
+    let url = kinds::collection(Kind::Pod, Some(ns));
+    pages(client, &url, &selected, |p| listed.push(p)).await?;
     let rs_names: BTreeSet<String> = if target.kind == Kind::Deployment {
         let mut rs = Vec::new();
-        pages(
-            client,
-            &kinds::replicasets(Some(ns)),
-            &selected,
-            rs_owner,
-            &mut rs,
-        )
-        .await?;
+        let url = kinds::replicasets(Some(ns));
+        pages(client, &url, &selected, |r| rs.push(rs_owner(r))).await?;
         rs.into_iter()
             .filter(|(_, owner)| owner.as_deref() == Some(target.name.as_str()))
             .map(|((_, name), _)| name)
@@ -361,19 +404,135 @@ pub async fn read_workload(client: &Client, target: &WorkloadRef) -> Result<Work
     } else {
         BTreeSet::new()
     };
-    w.pods = listed
-        .iter()
-        .filter(|p| !gone(p))
-        .filter(|p| {
-            p.metadata.owner_references.iter().flatten().any(|o| {
-                o.controller == Some(true)
-                    && match target.kind {
-                        Kind::Deployment => o.kind == "ReplicaSet" && rs_names.contains(&o.name),
-                        _ => o.kind == target.kind.as_str() && o.name == target.name,
-                    }
-            })
+    let mine = listed.into_iter().filter(|p| !gone(p)).filter(|p| {
+        p.metadata.owner_references.iter().flatten().any(|o| {
+            o.controller == Some(true)
+                && match target.kind {
+                    Kind::Deployment => o.kind == "ReplicaSet" && rs_names.contains(&o.name),
+                    _ => o.kind == target.kind.as_str() && o.name == target.name,
+                }
         })
-        .map(PodSample::from)
-        .collect();
+    });
+    for p in mine {
+        let sample = convert::pod(p, w.pods.last());
+        w.pods.push(sample);
+    }
     Ok(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A pod of `owner` (kind, name), or a bare pod where the kind is empty.
+    fn pod(name: &str, owner: (&str, &str), labels: serde_json::Value) -> wire::Pod {
+        let owners = match owner {
+            ("", _) => json!([]),
+            (kind, owner) => json!([{"kind": kind, "name": owner, "controller": true}]),
+        };
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "shop", "uid": format!("u-{name}"), "labels": labels,
+                         "ownerReferences": owners},
+            "spec": {"containers": [{"name": "app", "resources": {"limits": {"memory": "1Gi"}}}]},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap()
+    }
+
+    fn metrics(name: &str, mib: u64) -> wire::PodMetrics {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "shop"},
+            "containers": [{"name": "app", "usage": {"memory": format!("{mib}Mi")}}]
+        }))
+        .unwrap()
+    }
+
+    fn workload(kind: Kind, name: &str) -> Workload {
+        let mut w = convert::bare(pod(name, ("", ""), json!({})));
+        w.target = WorkloadRef {
+            kind,
+            namespace: "shop".into(),
+            name: name.into(),
+        };
+        w.pods.clear();
+        w
+    }
+
+    /// Pods stream in whatever order the LISTs interleave: metrics before or after their pod,
+    /// a Deployment's ReplicaSets interleaved, an owner bouncer does not restart.
+    #[test]
+    fn pods_group_and_join_their_metrics_as_they_stream() {
+        let web = json!({"app": "web", "pod-template-hash": "1"});
+        let mut pods = Pods::default();
+        pods.usage.insert(metrics("web-1-a", 10));
+        pods.pod(pod("web-1-a", ("ReplicaSet", "web-1"), web.clone()));
+        pods.pod(pod(
+            "web-2-b",
+            ("ReplicaSet", "web-2"),
+            json!({"app": "web"}),
+        ));
+        pods.pod(pod("web-1-c", ("ReplicaSet", "web-1"), web));
+        pods.pod(pod(
+            "db-0",
+            ("StatefulSet", "db"),
+            json!({"app": "db", "pod-name": "db-0"}),
+        ));
+        pods.pod(pod(
+            "db-1",
+            ("StatefulSet", "db"),
+            json!({"app": "db", "pod-name": "db-1"}),
+        ));
+        pods.pod(pod("job-x", ("Job", "job"), json!({"app": "job"})));
+        pods.usage.insert(metrics("web-1-c", 20));
+        pods.usage.insert(metrics("db-1", 30));
+
+        let owners = BTreeMap::from([
+            (("shop".into(), "web-1".into()), Some("web".into())),
+            (("shop".into(), "web-2".into()), Some("web".into())),
+        ]);
+        let controllers = vec![
+            workload(Kind::Deployment, "web"),
+            workload(Kind::StatefulSet, "db"),
+        ];
+        let (workloads, unsupported) = group(pods, owners, controllers);
+        let web = &workloads[0];
+        let names: Vec<_> = web.pods.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["web-1-a", "web-1-c", "web-2-b"], "the LIST's order");
+        let usage: Vec<_> = web.pods.iter().map(|p| p.containers[0].usage).collect();
+        assert_eq!(usage, [Some(10 << 20), Some(20 << 20), None]);
+        assert!(web.pods[0].has_metrics && !web.pods[2].has_metrics);
+        assert!(
+            Arc::ptr_eq(&web.pods[0].labels, &web.pods[1].labels),
+            "one ReplicaSet's pods share their labels"
+        );
+        let db = &workloads[1];
+        assert_eq!(db.target.kind, Kind::StatefulSet);
+        assert_eq!(db.pods[1].labels["pod-name"], "db-1");
+        assert_eq!(db.pods[1].containers[0].usage, Some(30 << 20));
+        assert_eq!(unsupported.len(), 1);
+        assert_eq!(
+            (
+                unsupported[0].pod.as_str(),
+                unsupported[0].labels["app"].as_str()
+            ),
+            ("job-x", "job")
+        );
+    }
+
+    /// A metrics LIST that fails part way leaves no pod with metrics.
+    #[test]
+    fn a_failed_metrics_list_joins_nothing() {
+        let mut pods = Pods::default();
+        pods.usage.insert(metrics("job", 10));
+        pods.pod(pod("job", ("", ""), json!({})));
+        pods.usage.insert(metrics("web-1-a", 10));
+        pods.pod(pod("web-1-a", ("ReplicaSet", "web-1"), json!({})));
+        pods.forget_metrics();
+        let (workloads, unsupported) = group(pods, BTreeMap::new(), Vec::new());
+        let bare = &workloads[0].pods[0];
+        assert!(!bare.has_metrics && bare.containers[0].usage.is_none());
+        assert_eq!(unsupported.len(), 1, "web-1 is not a known ReplicaSet");
+    }
 }

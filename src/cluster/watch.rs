@@ -80,7 +80,7 @@ where
             Some(v) => v,
             None => {
                 let mut items = Vec::new();
-                match pages(client, url, &filter.list(), |w: W| w, &mut items).await {
+                match pages(client, url, &filter.list(), |w: W| items.push(w)).await {
                     Ok(listed) => {
                         if let Some(done) = on(Seen::Listed(items)) {
                             return done;

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -166,7 +167,10 @@ pub struct Workload {
 pub struct PodSample {
     pub name: String,
     pub uid: String,
-    pub labels: BTreeMap<String, String>,
+    /// Shared between the pods of one ReplicaSet (or StatefulSet revision) that carry the same
+    /// labels, which is most of a large cluster's pods: one map each would be most of the
+    /// snapshot's memory.
+    pub labels: Arc<BTreeMap<String, String>>,
     /// status.startTime.
     pub started: Option<DateTime<Utc>>,
     pub ready: bool,

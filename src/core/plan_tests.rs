@@ -70,7 +70,7 @@ pub(crate) fn pod(name: &str, app: &str, started: &str, usage_mib: Option<u64>) 
     PodSample {
         name: name.into(),
         uid: format!("uid-{name}"),
-        labels: labels(&[("app", app)]),
+        labels: labels(&[("app", app)]).into(),
         started: Some(t(started)),
         ready: true,
         deleting: false,

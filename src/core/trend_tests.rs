@@ -55,7 +55,7 @@ pub(crate) fn workload(usage_mib: f64) -> Workload {
         pods: vec![PodSample {
             name: "web-1".into(),
             uid: "u1".into(),
-            labels: BTreeMap::from([("app".into(), "web".into())]),
+            labels: BTreeMap::from([("app".into(), "web".into())]).into(),
             started: Some(t("2026-03-01T00:00:00Z")),
             ready: true,
             deleting: false,
