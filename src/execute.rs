@@ -14,9 +14,11 @@ use crate::cluster::lock::{LeaseGuard, Stop};
 use crate::cluster::retry::with_retries;
 use crate::cluster::snapshot::read_workload;
 use crate::cluster::watch::{self as rollout, WaitError};
-use crate::cluster::{kinds, restart, revert};
+use crate::cluster::{kinds, restart, revert, toolhive};
 use crate::core::group::Group;
-use crate::core::literals::{REASON_BOUNCED, REASON_FAILED, REASON_REVERTED, rfc3339};
+use crate::core::literals::{
+    REASON_BOUNCED, REASON_FAILED, REASON_REVERTED, TOOLHIVE_RESTARTED_AT,
+};
 use crate::core::mark::{Attempt, AttemptMark, BareMarks, bare_key};
 use crate::core::model::{Kind, Pdb, Workload, WorkloadRef};
 use crate::core::outcome::{Failure, FailureCode, Outcome, Status, attempt_outcome};
@@ -24,13 +26,14 @@ use crate::core::overrides;
 use crate::core::plan::{self, Bounce, Method, Plan};
 use crate::core::policy::{OnRevert, Policy};
 use crate::core::reasons::SkipReason;
-use crate::core::verify::{self, Verdict};
+use crate::core::verify::{self, Verdict, annotation_label, restart_annotation};
 
 fn wait_failure(e: WaitError) -> Failure {
     let code = match e {
         WaitError::Timeout { .. } => FailureCode::RolloutTimedOut,
         WaitError::Failed { .. } => FailureCode::RolloutFailed,
         WaitError::Deleted { .. } => FailureCode::WorkloadDeleted,
+        WaitError::NotRolled { .. } => FailureCode::OperatorNoRestart,
     };
     Failure::new(code, e.to_string())
 }
@@ -58,6 +61,18 @@ pub struct Executor<'a> {
     pub clock: fn() -> DateTime<Utc>,
     /// Set, with the reason, when the run must stop.
     pub stop: watch::Receiver<Stop>,
+}
+
+/// A restart on the pod template, as the verification checks it.
+#[derive(Clone, Copy)]
+struct Restart<'a> {
+    method: Method,
+    /// The annotation's value that proves it.
+    written: &'a str,
+    /// When bouncer wrote it (or asked for it).
+    at: DateTime<Utc>,
+    /// The pods from before, by UID.
+    old: &'a BTreeSet<String>,
 }
 
 enum Step<T> {
@@ -162,11 +177,16 @@ impl Executor<'_> {
         out.status = match method {
             Method::Rollout => self.rollout(b, &fresh, deadline, &attempt, out).await,
             Method::Evict => self.evict_marked(&fresh, deadline, &attempt, out).await,
+            Method::Toolhive => self.toolhive(b, &fresh, deadline, &attempt, out).await,
         };
-        // An eviction bounce wrote its mark on its own, so it records the outcome too. A rollout's
-        // mark rode on the restart patch (one write per bounce, as the benchmark and the tests
-        // count); it stays `started`, and the outcome is in the Event and the report.
-        if method == Method::Evict {
+        // Eviction and ToolHive bounces wrote their mark on its own, so they record the outcome
+        // too (a ToolHive skip came before its mark). A rollout's mark rode on the restart patch
+        // (one write per bounce, as the benchmark and the tests count); it stays `started`, and
+        // the outcome is in the Event and the report.
+        if let Status::Skipped(_) = out.status {
+            out.attempt = None;
+        }
+        if method != Method::Rollout && out.attempt.is_some() {
             self.record(
                 &b.target,
                 &attempt.with_outcome(attempt_outcome(&out.status)),
@@ -279,6 +299,124 @@ impl Executor<'_> {
             workload: &patched.workload,
             resource_version: &patched.resource_version,
         };
+        let restart = Restart {
+            method: Method::Rollout,
+            written: &written,
+            at,
+            old: &old,
+        };
+        self.follow_and_verify(b, restart, start, deadline, out)
+            .await
+    }
+
+    /// `restart.method: toolhive`: the mark on the Deployment, then the restart request on the
+    /// MCPServer that owns it; the operator writes its own annotation on the pod template, and
+    /// from there the rollout is followed and verified like bouncer's own.
+    async fn toolhive(
+        &mut self,
+        b: &Bounce,
+        fresh: &Workload,
+        deadline: tokio::time::Instant,
+        attempt: &Attempt,
+        out: &mut Outcome,
+    ) -> Status {
+        let ns = b.target.namespace.as_str();
+        let Some(server) = fresh.toolhive.server.clone() else {
+            let error = "no MCPServer controls it any more".to_string();
+            return Status::Skipped(SkipReason::ReadFailed { error });
+        };
+        let state = match toolhive::read(&self.client, ns, &server).await {
+            Ok(s) => s,
+            Err(e) => {
+                let error = e.to_string();
+                return Status::Skipped(SkipReason::ReadFailed { error });
+            }
+        };
+        let at = (self.clock)();
+        let value = match crate::core::toolhive::restart_request(&state, at) {
+            Ok(v) => v,
+            Err(reason) => return Status::Skipped(reason),
+        };
+        // As for an eviction: no restart without its mark.
+        let (marked, version) = match restart::patch_mark(&self.client, &b.target, attempt).await {
+            Ok(m) => m,
+            Err(e) => {
+                return Status::Failed(Failure::new(
+                    FailureCode::MarkFailed,
+                    format!(
+                        "could not record the attempt mark: {e}; the MCPServer was not asked to restart"
+                    ),
+                ));
+            }
+        };
+        let old: BTreeSet<String> = fresh.pods.iter().map(|p| p.uid.clone()).collect();
+        out.patched_at = Some(at);
+        if let Err(e) = toolhive::request_restart(&self.client, ns, &server, &value).await {
+            return Status::Failed(Failure::new(FailureCode::PatchFailed, e.to_string()));
+        }
+        let by = format!("MCPServer {ns}/{}", server.name);
+        tracing::info!(workload = %b.target, "annotated {by} {TOOLHIVE_RESTARTED_AT}={value}; waiting for its operator to roll the Deployment");
+        let before = marked.toolhive.restarted_at.clone();
+        let start = rollout::Start {
+            workload: &marked,
+            resource_version: &version,
+        };
+        let rolled = rollout::wait_rolled(
+            &self.client,
+            &b.target,
+            (deadline, self.timeout(b)),
+            start,
+            &by,
+            |w| w.toolhive.restarted_at.is_some() && w.toolhive.restarted_at != before,
+        );
+        let (seen, seen_version) = match self.until_stopped(rolled).await {
+            Step::Stopped => return self.interrupted(),
+            Step::Done(Err(e)) => {
+                let failure = wait_failure(e);
+                // Not acted on yet: it must not restart the server later, unobserved.
+                return Status::Failed(
+                    match toolhive::withdraw(&self.client, ns, &server, &value).await {
+                        Ok(()) => failure.after_detail("the restart request was withdrawn"),
+                        Err(e) => failure.after_detail(&e.to_string()),
+                    },
+                );
+            }
+            Step::Done(Ok(seen)) => seen,
+        };
+        let written = seen.toolhive.restarted_at.clone().unwrap_or_default();
+        out.written = Some(written.clone());
+        tracing::info!(workload = %b.target, "the operator wrote {TOOLHIVE_RESTARTED_AT}={written}; waiting for the rollout");
+        let start = rollout::Start {
+            workload: &seen,
+            resource_version: &seen_version,
+        };
+        let restart = Restart {
+            method: Method::Toolhive,
+            written: &written,
+            at,
+            old: &old,
+        };
+        self.follow_and_verify(b, restart, start, deadline, out)
+            .await
+    }
+
+    /// From a restart written to the pod template (by bouncer, or by an owner asked to): waits
+    /// for the rollout by kubectl's rules, gives a reverting owner `settle` to show itself, and
+    /// verifies that the annotation is intact and every pod new.
+    async fn follow_and_verify(
+        &mut self,
+        b: &Bounce,
+        restart: Restart<'_>,
+        start: rollout::Start<'_>,
+        deadline: tokio::time::Instant,
+        out: &mut Outcome,
+    ) -> Status {
+        let Restart {
+            method,
+            written,
+            at,
+            old,
+        } = restart;
         let budget = (deadline, self.timeout(b));
         let waited = self
             .until_stopped(rollout::wait(&self.client, &b.target, budget, start))
@@ -309,7 +447,7 @@ impl Executor<'_> {
                 ));
             }
         };
-        let mut verdict = verify::check(&after, &written, &old);
+        let mut verdict = verify::check(&after, method, written, old);
         // Every pod is new but some are not ready yet: an autoscaler added them during the
         // settle. Wait (within the same budget) for kubectl's rule to hold again, then re-check.
         if let Verdict::Incomplete { old: 0, .. } = verdict {
@@ -332,12 +470,13 @@ impl Executor<'_> {
                     ));
                 }
             };
-            verdict = verify::check(&after, &written, &old);
+            verdict = verify::check(&after, method, written, old);
         }
         match verdict {
             Verdict::Verified { pods } => {
                 out.verification = Some(format!(
-                    "restartedAt intact, {pods}/{pods} pods new and ready"
+                    "{} intact, {pods}/{pods} pods new and ready",
+                    annotation_label(method)
                 ));
                 Status::Bounced
             }
@@ -349,7 +488,7 @@ impl Executor<'_> {
                 ))
             }
             Verdict::Reverted { found } => {
-                self.reverted(b, &after, at, found, (&old, deadline), out)
+                self.reverted(b, &after, restart, found, deadline, out)
                     .await
             }
         }
@@ -359,17 +498,18 @@ impl Executor<'_> {
         &mut self,
         b: &Bounce,
         after: &Workload,
-        at: DateTime<Utc>,
+        restart: Restart<'_>,
         found: Option<String>,
-        (before, deadline): (&BTreeSet<String>, tokio::time::Instant),
+        deadline: tokio::time::Instant,
         out: &mut Outcome,
     ) -> Status {
-        let reverters = revert::reverters(&self.client, &b.target, at).await;
+        let reverters = revert::reverters(&self.client, &b.target, restart.at).await;
         let by = reverters.to_string();
         let managers = reverters.managers;
         let found = found.unwrap_or_else(|| "removed".into());
         let note = format!(
-            "restartedAt was reverted by {by} (now: {found}); onRevert: {:?}",
+            "{} was reverted by {by} (now: {found}); onRevert: {:?}",
+            annotation_label(restart.method),
             b.on_revert
         );
         out.verification = Some(note.clone());
@@ -387,7 +527,7 @@ impl Executor<'_> {
             return Status::Reverted { managers };
         }
         // Pods the rollout already replaced are left alone: only those from before the bounce go.
-        match self.evict_all(after, before, deadline, out).await {
+        match self.evict_all(after, restart.old, deadline, out).await {
             Ok(Step::Done(n)) => {
                 out.verification = Some(format!("{note}; {n} pods evicted one at a time"));
                 Status::RevertedEvicted { managers }
@@ -455,7 +595,7 @@ impl Executor<'_> {
     /// workload's pod template. An owner that reverted restartedAt after the verification (its
     /// pods now restart a second time) is caught here and named.
     async fn confirm(&mut self, out: &mut Outcome) {
-        let (Status::Bounced, Method::Rollout, Some(written)) =
+        let (Status::Bounced, Method::Rollout | Method::Toolhive, Some(written)) =
             (&out.status, out.method, out.written.clone())
         else {
             return;
@@ -477,18 +617,18 @@ impl Executor<'_> {
                 return;
             }
         };
-        if now.restarted_at.map(rfc3339).as_deref() == Some(written.as_str()) {
+        let found = restart_annotation(out.method, &now);
+        if found.as_deref() == Some(written.as_str()) {
             out.last_confirmed = Some((self.clock)());
             return;
         }
         let since = out.patched_at.unwrap_or_else(self.clock);
         let reverters = revert::reverters(&self.client, &target, since).await;
-        let found = now
-            .restarted_at
-            .map_or_else(|| "removed".to_string(), rfc3339);
+        let found = found.unwrap_or_else(|| "removed".to_string());
         let note = format!(
-            "restartedAt was reverted after the bounce was verified, by {reverters} (now: {found}); \
-             its pods restart again under the owner's template"
+            "{} was reverted after the bounce was verified, by {reverters} (now: {found}); \
+             its pods restart again under the owner's template",
+            annotation_label(out.method)
         );
         tracing::warn!(workload = %target, "{note}");
         events::emit(

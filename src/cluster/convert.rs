@@ -11,12 +11,13 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::wire::{self, ObjectMeta, PodTemplateSpec};
 use crate::core::literals::{
-    MIRROR_ANNOTATION, PROGRESS_DEADLINE_EXCEEDED, RESTARTED_AT, SIDECAR_RESTART_POLICY,
+    MCP_SERVER_KIND, MIRROR_ANNOTATION, PROGRESS_DEADLINE_EXCEEDED, RESTARTED_AT,
+    SIDECAR_RESTART_POLICY, TOOLHIVE_GROUP, TOOLHIVE_RESTARTED_AT,
 };
 use crate::core::mark::AttemptMark;
 use crate::core::model::{
-    ContainerSample, Kind, Pdb, PodSample, RolloutStatus, StsRollingUpdate, UpdateStrategy,
-    Workload, WorkloadRef,
+    ContainerSample, Kind, McpServerRef, Pdb, PodSample, RolloutStatus, StsRollingUpdate,
+    ToolhiveRestart, UpdateStrategy, Workload, WorkloadRef,
 };
 use crate::core::quantity::parse_bytes;
 use crate::core::selector::{Operator, Requirement, Selector};
@@ -43,6 +44,37 @@ fn template_restarted_at(t: &PodTemplateSpec) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
+/// The MCPServer that controls a Deployment, and the restart its operator last wrote on the
+/// pod template.
+fn toolhive(kind: Kind, meta: &ObjectMeta, template: &PodTemplateSpec) -> ToolhiveRestart {
+    if kind != Kind::Deployment {
+        return ToolhiveRestart::default();
+    }
+    let server = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| {
+            o.controller == Some(true)
+                && o.kind == MCP_SERVER_KIND
+                && o.api_version.split('/').next() == Some(TOOLHIVE_GROUP)
+        })
+        .map(|o| McpServerRef {
+            api_version: o.api_version.clone(),
+            name: o.name.clone(),
+        });
+    let restarted_at = template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get(TOOLHIVE_RESTARTED_AT))
+        .cloned();
+    ToolhiveRestart {
+        server,
+        restarted_at,
+    }
+}
+
 fn base(
     kind: Kind,
     meta: ObjectMeta,
@@ -50,6 +82,7 @@ fn base(
     selector: &LabelSelector,
 ) -> Workload {
     let restarted_at = template_restarted_at(&template);
+    let toolhive = toolhive(kind, &meta, &template);
     Workload {
         target: WorkloadRef {
             kind,
@@ -73,6 +106,7 @@ fn base(
         min_ready_during_restart: 0,
         pods: Vec::new(),
         mirror: false,
+        toolhive,
     }
 }
 
@@ -274,6 +308,7 @@ pub fn bare(mut p: wire::Pod) -> Workload {
         template_labels: (*sample.labels).clone(),
         pod_selector: Selector::default(),
         mirror: annotations.contains_key(MIRROR_ANNOTATION),
+        toolhive: Default::default(),
         annotations,
         // A bare pod's mark lives on the Lease (it must survive the pod); see Inventory.
         attempt: AttemptMark::None,
@@ -521,6 +556,39 @@ mod api_json_tests {
             ds.contains("OnDelete") && ds.contains("min_ready_during_restart: 1"),
             "{ds}"
         );
+    }
+
+    /// A Deployment an MCPServer controls names it (the operator's ownerReference), with the
+    /// restart the operator last wrote on its template; other owners do not count.
+    #[test]
+    fn an_mcp_server_that_controls_a_deployment_is_read_from_its_owner_reference() {
+        let owner = |api: &str, kind: &str, controller: bool| json!({"apiVersion": api, "kind": kind, "name": "fetch", "uid": "u", "controller": controller});
+        let read = |owners: serde_json::Value| {
+            let json = json!({
+                "metadata": {"name": "fetch", "namespace": "mcp", "ownerReferences": owners},
+                "spec": {"selector": {}, "template": {"metadata": {"annotations":
+                    {"mcpserver.toolhive.stacklok.dev/restarted-at": "2026-12-03T10:00:00Z"}}}}
+            });
+            convert::controller(Kind::Deployment, serde_json::from_value(json).unwrap()).toolhive
+        };
+        let got = read(json!([owner(
+            "toolhive.stacklok.dev/v1beta1",
+            "MCPServer",
+            true
+        )]));
+        let server = got.server.expect("the MCPServer");
+        assert_eq!(
+            (server.api_version.as_str(), server.name.as_str()),
+            ("toolhive.stacklok.dev/v1beta1", "fetch")
+        );
+        assert_eq!(got.restarted_at.as_deref(), Some("2026-12-03T10:00:00Z"));
+        for other in [
+            owner("toolhive.stacklok.dev/v1beta1", "MCPServer", false),
+            owner("toolhive.stacklok.dev/v1beta1", "VirtualMCPServer", true),
+            owner("example.com/v1", "MCPServer", true),
+        ] {
+            assert_eq!(read(json!([other])).server, None, "{other}");
+        }
     }
 
     /// An answer that does not read as its slim form is an error naming the object, never a

@@ -14,6 +14,7 @@ pub mod restart;
 pub mod retry;
 pub mod revert;
 pub mod snapshot;
+pub mod toolhive;
 pub mod watch;
 pub mod wire;
 

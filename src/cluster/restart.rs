@@ -44,14 +44,14 @@ pub async fn patch_restarted_at(
 }
 
 /// Writes only the attempt mark (metadata, so nothing rolls) and returns the workload as the
-/// patch left it, pod template included: the run's final check of its restartedAt.
+/// patch left it, and its resourceVersion (where a wait for an owner's rollout starts).
 pub async fn patch_mark(
     client: &Client,
     target: &WorkloadRef,
     mark: &Attempt,
-) -> Result<Workload, ClusterError> {
+) -> Result<(Workload, String), ClusterError> {
     let body = json!({"metadata": {"annotations": {ATTEMPT_ANNOTATION: mark.encode()}}});
-    Ok(patch(client, target, &body).await?.0)
+    patch(client, target, &body).await
 }
 
 /// One strategic-merge patch of a controller as bouncer's field manager, with retries.

@@ -164,6 +164,12 @@ pub enum WaitError {
     Failed { target: WorkloadRef, reason: String },
     #[error("{target} was deleted during the rollout")]
     Deleted { target: WorkloadRef },
+    #[error("{target} was not rolled within {} of the restart request on {by}", humantime::format_duration(*timeout))]
+    NotRolled {
+        target: WorkloadRef,
+        timeout: Duration,
+        by: String,
+    },
 }
 
 /// Where the wait starts: the object bouncer's patch returned.
@@ -257,6 +263,61 @@ pub async fn wait(
             target: target.clone(),
             timeout,
             last: progress.last,
+        }),
+    }
+}
+
+/// Waits, from `start`, until `rolled` holds for the workload: its owner has acted on a restart
+/// request (ToolHive's operator writes the pod template). Returns the workload as first seen
+/// so, and its resourceVersion, where the rollout wait starts. `by` names the request's object
+/// for the timeout's message.
+pub async fn wait_rolled(
+    client: &Client,
+    target: &WorkloadRef,
+    (deadline, timeout): (tokio::time::Instant, Duration),
+    start: Start<'_>,
+    by: &str,
+    mut rolled: impl FnMut(&Workload) -> bool,
+) -> Result<(Workload, String), WaitError> {
+    let url = kinds::collection(target.kind, Some(&target.namespace));
+    let filter = Filter {
+        fields: Some(format!("metadata.name={}", target.name)),
+        ..Default::default()
+    };
+    let from = Some(start.resource_version.to_string()).filter(|v| !v.is_empty() && v != "0");
+    let waiting = follow(
+        client,
+        &url,
+        &filter,
+        from,
+        |seen: Seen<wire::Controller>| {
+            let c = match seen {
+                Seen::Listed(mut items) => match items.pop() {
+                    Some(c) => c,
+                    None => {
+                        return Some(Err(WaitError::Deleted {
+                            target: target.clone(),
+                        }));
+                    }
+                },
+                Seen::Applied(c) => c,
+                Seen::Deleted(_) => {
+                    return Some(Err(WaitError::Deleted {
+                        target: target.clone(),
+                    }));
+                }
+            };
+            let version = c.metadata.resource_version.clone().unwrap_or_default();
+            let w = super::convert::controller(target.kind, c);
+            rolled(&w).then_some(Ok((w, version)))
+        },
+    );
+    match tokio::time::timeout_at(deadline, waiting).await {
+        Ok(r) => r,
+        Err(_) => Err(WaitError::NotRolled {
+            target: target.clone(),
+            timeout,
+            by: by.to_string(),
         }),
     }
 }

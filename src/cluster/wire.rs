@@ -92,7 +92,10 @@ pub struct ObjectMeta {
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct OwnerReference {
+    #[serde(default, deserialize_with = "nullable")]
+    pub api_version: String,
     #[serde(default, deserialize_with = "nullable")]
     pub kind: String,
     #[serde(default, deserialize_with = "nullable")]

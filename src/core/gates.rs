@@ -101,7 +101,7 @@ pub fn preflight(policy: &Policy, w: &Workload, pdbs: &[Pdb]) -> Result<Method, 
         }
     }
     let stays_ready = match method {
-        Method::Rollout => w.min_ready_during_restart,
+        Method::Rollout | Method::Toolhive => w.min_ready_during_restart,
         Method::Evict => w.pods.iter().filter(|p| p.ready).count() as i32 - 1,
     };
     if stays_ready < 1 && !policy.allow_downtime {
@@ -127,7 +127,10 @@ fn method_for(policy: &Policy, w: &Workload) -> Result<Method, SkipReason> {
         Kind::StatefulSet | Kind::DaemonSet => w.strategy != UpdateStrategy::OnDelete,
     };
     match (policy.restart.method, rolls) {
-        (RestartMethod::Evict, _) | (RestartMethod::Auto, false) => Ok(Method::Evict),
+        (RestartMethod::Toolhive, true) if w.toolhive.server.is_some() => Ok(Method::Toolhive),
+        (RestartMethod::Evict, _) | (RestartMethod::Auto | RestartMethod::Toolhive, false) => {
+            Ok(Method::Evict)
+        }
         (RestartMethod::Rollout, false) if w.target.kind == Kind::Pod => {
             Err(SkipReason::BarePodNoRollout)
         }

@@ -40,3 +40,14 @@ pub const BUILTIN_MANAGERS: &[&str] = &[
 pub const REASON_BOUNCED: &str = "Bounced";
 pub const REASON_FAILED: &str = "BounceFailed";
 pub const REASON_REVERTED: &str = "BounceReverted";
+/// ToolHive's MCPServer (group toolhive.stacklok.dev): its operator restarts the proxy
+/// Deployment when the resource's `restarted-at` annotation (RFC3339) is newer than its
+/// `last-processed-restart`, and writes the time it did so on the pod template under the same key.
+pub const TOOLHIVE_GROUP: &str = "toolhive.stacklok.dev";
+pub const MCP_SERVER_KIND: &str = "MCPServer";
+pub const MCP_SERVER_RESOURCE: &str = "mcpservers";
+pub const TOOLHIVE_RESTARTED_AT: &str = "mcpserver.toolhive.stacklok.dev/restarted-at";
+pub const TOOLHIVE_LAST_PROCESSED: &str = "mcpserver.toolhive.stacklok.dev/last-processed-restart";
+/// `rolling` (the default) or `immediate`, which deletes every pod of the server at once.
+pub const TOOLHIVE_RESTART_STRATEGY: &str = "mcpserver.toolhive.stacklok.dev/restart-strategy";
+pub const TOOLHIVE_ROLLING: &str = "rolling";

@@ -19,5 +19,6 @@ pub mod reasons;
 pub mod rollout;
 pub mod schedule;
 pub mod selector;
+pub mod toolhive;
 pub mod trend;
 pub mod verify;

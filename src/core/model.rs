@@ -64,6 +64,9 @@ pub enum Method {
     Rollout,
     /// Pods evicted one at a time through the Eviction API.
     Evict,
+    /// ToolHive's operator asked, through the MCPServer's restart annotation, to roll the proxy
+    /// Deployment it owns; bouncer follows and verifies that rollout like its own.
+    Toolhive,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -161,6 +164,25 @@ pub struct Workload {
     pub pods: Vec<PodSample>,
     /// A bare pod that is a mirror/static pod; never touched.
     pub mirror: bool,
+    /// What a restart through ToolHive's MCPServer needs (Deployments an MCPServer owns).
+    pub toolhive: ToolhiveRestart,
+}
+
+/// A Deployment as ToolHive's operator restarts it: through the MCPServer that owns it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolhiveRestart {
+    /// The MCPServer that controls the Deployment (its controller ownerReference).
+    pub server: Option<McpServerRef>,
+    /// The pod template's `mcpserver.toolhive.stacklok.dev/restarted-at`: the operator writes
+    /// the time it acted on a restart request there.
+    pub restarted_at: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerRef {
+    /// As the ownerReference names it, e.g. `toolhive.stacklok.dev/v1beta1`.
+    pub api_version: String,
+    pub name: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -34,6 +34,9 @@ pub enum FailureCode {
     EvictionFailed,
     /// Bounced and verified, but the run's final re-check of restartedAt could not read it.
     RecheckFailed,
+    /// `restart.method: toolhive`: the operator did not roll the Deployment within the timeout
+    /// after the restart request on its MCPServer.
+    OperatorNoRestart,
 }
 
 impl FailureCode {
@@ -50,6 +53,7 @@ impl FailureCode {
             FailureCode::NoReplacement => "noReplacement",
             FailureCode::EvictionFailed => "evictionFailed",
             FailureCode::RecheckFailed => "recheckFailed",
+            FailureCode::OperatorNoRestart => "operatorNoRestart",
         }
     }
 }
@@ -71,6 +75,14 @@ impl Failure {
 
     pub fn code(&self) -> &'static str {
         self.code.as_str()
+    }
+
+    /// The same failure with `more` after its message.
+    pub fn after_detail(self, more: &str) -> Failure {
+        Failure {
+            detail: format!("{}; {more}", self.detail),
+            ..self
+        }
     }
 
     /// The same failure with `context` in front of its message.

@@ -116,6 +116,7 @@ pub(crate) fn deployment(ns: &str, name: &str, app: &str, pods: Vec<PodSample>) 
         min_ready_during_restart: n.max(1),
         pods,
         mirror: false,
+        toolhive: Default::default(),
     }
 }
 

@@ -250,6 +250,12 @@ pub enum SkipReason {
     BlockerFailed {
         error: String,
     },
+    /// `restart.method: toolhive`, but the MCPServer asks its operator for a restart strategy
+    /// other than rolling (`immediate` deletes every pod of the server at once).
+    RestartStrategy {
+        server: String,
+        strategy: String,
+    },
 }
 
 impl SkipReason {
@@ -282,6 +288,7 @@ impl SkipReason {
             SkipReason::GroupHeld { .. } => "groupHeld",
             SkipReason::Blocked { .. } => "blocked",
             SkipReason::BlockerFailed { .. } => "blockerFailed",
+            SkipReason::RestartStrategy { .. } => "restartStrategy",
         }
     }
 }
@@ -365,6 +372,11 @@ impl fmt::Display for SkipReason {
             SkipReason::BlockerFailed { error } => {
                 write!(f, "blocked: the blockWhen query failed ({error})")
             }
+            SkipReason::RestartStrategy { server, strategy } => write!(
+                f,
+                "MCPServer {server} is annotated {}={strategy:?}: only a rolling restart is asked of its operator (immediate deletes every pod at once)",
+                crate::core::literals::TOOLHIVE_RESTART_STRATEGY
+            ),
         }
     }
 }

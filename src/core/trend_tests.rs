@@ -68,6 +68,7 @@ pub(crate) fn workload(usage_mib: f64) -> Workload {
             has_metrics: true,
         }],
         mirror: false,
+        toolhive: Default::default(),
     }
 }
 

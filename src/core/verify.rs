@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 
-use super::literals::{BUILTIN_MANAGERS, FIELD_MANAGER, rfc3339};
-use super::model::{Kind, Workload};
+use super::literals::{BUILTIN_MANAGERS, FIELD_MANAGER, TOOLHIVE_RESTARTED_AT, rfc3339};
+use super::model::{Kind, Method, Workload};
 
 /// One managedFields entry of a workload, as the revert rule reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,8 +35,8 @@ const REVISION_LABEL: &str = "controller-revision-hash";
 /// did not exist before the patch (and a StatefulSet's pod is at the update revision), never by
 /// comparing its node's clock (startTime) with bouncer's. The desired count is not compared: an
 /// autoscaler may change it during the settle, and kubectl's completion rule already counted.
-pub fn check(w: &Workload, written: &str, old_uids: &BTreeSet<String>) -> Verdict {
-    let found = w.restarted_at.map(rfc3339);
+pub fn check(w: &Workload, method: Method, written: &str, old_uids: &BTreeSet<String>) -> Verdict {
+    let found = restart_annotation(method, w);
     if found.as_deref() != Some(written) {
         return Verdict::Reverted { found };
     }
@@ -65,6 +65,25 @@ pub fn check(w: &Workload, written: &str, old_uids: &BTreeSet<String>) -> Verdic
         };
     }
     Verdict::Verified { pods: live.len() }
+}
+
+/// The pod-template annotation whose value proves a bounce of `method`, as the workload carries
+/// it now: kubectl's restartedAt (bouncer's patch), or the time ToolHive's operator wrote when
+/// asked through its MCPServer. Evictions write none.
+pub fn restart_annotation(method: Method, w: &Workload) -> Option<String> {
+    match method {
+        Method::Rollout => w.restarted_at.map(rfc3339),
+        Method::Toolhive => w.toolhive.restarted_at.clone(),
+        Method::Evict => None,
+    }
+}
+
+/// That annotation as messages name it.
+pub fn annotation_label(method: Method) -> &'static str {
+    match method {
+        Method::Rollout | Method::Evict => "restartedAt",
+        Method::Toolhive => TOOLHIVE_RESTARTED_AT,
+    }
 }
 
 /// Who reverted a bounce, as far as managedFields can tell.
@@ -165,6 +184,7 @@ mod tests {
             min_ready_during_restart: 1,
             pods,
             mirror: false,
+            toolhive: Default::default(),
         }
     }
 
@@ -177,16 +197,31 @@ mod tests {
             pod("c", "2026-01-01T03:00:05Z", true),
         ];
         assert_eq!(
-            check(&workload(Some(written), fresh.clone()), written, &old),
+            check(
+                &workload(Some(written), fresh.clone()),
+                Method::Rollout,
+                written,
+                &old
+            ),
             Verdict::Verified { pods: 2 }
         );
         assert_eq!(
-            check(&workload(None, fresh.clone()), written, &old),
+            check(
+                &workload(None, fresh.clone()),
+                Method::Rollout,
+                written,
+                &old
+            ),
             Verdict::Reverted { found: None }
         );
         let other = "2026-01-01T02:00:00Z";
         assert_eq!(
-            check(&workload(Some(other), fresh), written, &old),
+            check(
+                &workload(Some(other), fresh),
+                Method::Rollout,
+                written,
+                &old
+            ),
             Verdict::Reverted {
                 found: Some(other.into())
             }
@@ -196,7 +231,12 @@ mod tests {
             pod("c", "2026-01-01T03:00:05Z", true),
         ];
         assert!(matches!(
-            check(&workload(Some(written), mixed), written, &old),
+            check(
+                &workload(Some(written), mixed),
+                Method::Rollout,
+                written,
+                &old
+            ),
             Verdict::Incomplete { .. }
         ));
         let unready = vec![
@@ -204,7 +244,12 @@ mod tests {
             pod("c", "2026-01-01T03:00:05Z", true),
         ];
         assert!(matches!(
-            check(&workload(Some(written), unready), written, &old),
+            check(
+                &workload(Some(written), unready),
+                Method::Rollout,
+                written,
+                &old
+            ),
             Verdict::Incomplete { .. }
         ));
     }
@@ -301,13 +346,19 @@ mod tests {
             pod("d", "2026-01-01T03:00:09Z", true),
         ];
         assert_eq!(
-            check(&workload(Some(written), skewed.clone()), written, &old),
+            check(
+                &workload(Some(written), skewed.clone()),
+                Method::Rollout,
+                written,
+                &old
+            ),
             Verdict::Verified { pods: 2 }
         );
         // An HPA scaled to 3 during the settle; its pod is not there yet.
         assert_eq!(
             check(
                 &scaled_to(3, workload(Some(written), skewed)),
+                Method::Rollout,
                 written,
                 &old
             ),
@@ -319,7 +370,12 @@ mod tests {
             pod("d", "2026-01-01T03:00:11Z", true),
         ];
         assert!(matches!(
-            check(&workload(Some(written), ahead), written, &old),
+            check(
+                &workload(Some(written), ahead),
+                Method::Rollout,
+                written,
+                &old
+            ),
             Verdict::Incomplete { .. }
         ));
     }

@@ -23,7 +23,7 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 pub const JOB: &str = "bouncer";
 
 /// Every skip reason code a row can carry (`reasonCode`); the unit tests keep it complete.
-pub const SKIP_REASONS: [&str; 27] = [
+pub const SKIP_REASONS: [&str; 28] = [
     "badAttemptMark",
     "barePodNoRollout",
     "blocked",
@@ -48,6 +48,7 @@ pub const SKIP_REASONS: [&str; 27] = [
     "pendingTemplate",
     "policyCap",
     "readFailed",
+    "restartStrategy",
     "restartedMeanwhile",
     "rolloutInProgress",
     "unsupportedOwner",

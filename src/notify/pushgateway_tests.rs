@@ -193,6 +193,10 @@ fn every_skip_reason() -> Vec<SkipReason> {
         SkipReason::BlockerFailed {
             error: String::new(),
         },
+        SkipReason::RestartStrategy {
+            server: String::new(),
+            strategy: String::new(),
+        },
     ];
     for r in &all {
         match r {
@@ -222,7 +226,8 @@ fn every_skip_reason() -> Vec<SkipReason> {
             | SkipReason::InvalidOverride { .. }
             | SkipReason::GroupHeld { .. }
             | SkipReason::Blocked { .. }
-            | SkipReason::BlockerFailed { .. } => {}
+            | SkipReason::BlockerFailed { .. }
+            | SkipReason::RestartStrategy { .. } => {}
         }
     }
     all

@@ -130,7 +130,7 @@ def delete_release(rel: Release) -> None:
 
 @pytest.fixture(scope="module")
 def namespaced(cluster: Cluster):
-    rel = make_release(cluster, "namespaced", {})
+    rel = make_release(cluster, "namespaced", {"toolhive": {"enabled": True}})
     yield rel
     delete_release(rel)
 
@@ -220,6 +220,11 @@ CHECKS = [
     ("namespaced", "create pods/eviction", ["create", "pods", "--subresource=eviction"], "allowed", True),
     ("namespaced", "create events.events.k8s.io", ["create", "events.events.k8s.io"], "allowed", True),
     ("namespaced", "create events (core)", ["create", "events"], "allowed", True),
+    ("namespaced", "get mcpservers (toolhive on)", ["get", "mcpservers.toolhive.stacklok.dev"], "allowed", True),
+    ("namespaced", "patch mcpservers (toolhive on)", ["patch", "mcpservers.toolhive.stacklok.dev"], "allowed", True),
+    ("namespaced", "patch mcpservers (toolhive on)", ["patch", "mcpservers.toolhive.stacklok.dev"], "outside", False),
+    ("namespaced", "delete mcpservers", ["delete", "mcpservers.toolhive.stacklok.dev"], "allowed", False),
+    ("namespaced", "update mcpservers", ["update", "mcpservers.toolhive.stacklok.dev"], "allowed", False),
     ("namespaced", "list namespaces", ["list", "namespaces"], "", True),
     ("namespaced", "create leases", ["create", "leases.coordination.k8s.io"], "release", True),
     ("namespaced", "get lease bouncer", ["get", "leases.coordination.k8s.io/bouncer"], "release", True),
@@ -245,6 +250,7 @@ CHECKS = [
     ("cluster-wide", "update lease bouncer-cw", ["update", "leases.coordination.k8s.io/bouncer-cw"], "release", True),
     ("cluster-wide", "create pods/eviction (eviction off)", ["create", "pods", "--subresource=eviction"], "outside", False),
     ("cluster-wide", "get secrets", ["get", "secrets"], "*", False),
+    ("cluster-wide", "patch mcpservers (toolhive off)", ["patch", "mcpservers.toolhive.stacklok.dev"], "outside", False),
     ("cluster-wide", "delete pods", ["delete", "pods"], "outside", False),
     ("cluster-wide", "delete deployments", ["delete", "deployments.apps"], "outside", False),
     ("cluster-wide", "update lease bouncer", ["update", "leases.coordination.k8s.io/bouncer"], "release", False),

@@ -19,6 +19,7 @@ NAMESPACED = (
     | {("events.k8s.io", "events", "create", ""), ("", "events", "create", "")}
 )
 EVICTION = {("", "pods/eviction", "create", "")}
+TOOLHIVE = {("toolhive.stacklok.dev", "mcpservers", v, "") for v in ("get", "patch")}
 CLUSTER_ONLY = {("", "namespaces", v, "") for v in READ}
 LEASE = {
     ("coordination.k8s.io", "leases", "create", ""),
@@ -31,6 +32,8 @@ CASES = {
     "cluster-wide-no-eviction": {"eviction": {"enabled": False}},
     "namespaced": {"rbac": {"namespaces": ["team-a", "team-b"]}},
     "namespaced-no-eviction": {"rbac": {"namespaces": ["team-a"]}, "eviction": {"enabled": False}},
+    "cluster-wide-toolhive": {"toolhive": {"enabled": True}},
+    "namespaced-toolhive": {"rbac": {"namespaces": ["team-a"]}, "toolhive": {"enabled": True}},
     # The webhook URLs come from Secrets, read by the kubelet: no grant changes.
     "notifications": {"notify": {"slack": {"secretName": "bouncer-notify"},
                                  "webhook": {"secretName": "bouncer-notify"}},
@@ -48,7 +51,8 @@ def roles(values):
 def test_grants_are_exactly_what_bouncer_needs(values):
     objs, _ = roles(values)
     eviction = values.get("eviction", {}).get("enabled", True)
-    expected_ns = NAMESPACED | (EVICTION if eviction else set())
+    toolhive = values.get("toolhive", {}).get("enabled", False)
+    expected_ns = NAMESPACED | (EVICTION if eviction else set()) | (TOOLHIVE if toolhive else set())
     cluster_role = one(objs, "ClusterRole")
     lease_role = next(r for r in objects_of(objs, "Role") if r["metadata"]["name"].endswith("-lease"))
     assert lease_role["metadata"]["namespace"] == NAMESPACE
@@ -91,6 +95,14 @@ def test_write_verbs_are_limited_to_workload_patches_evictions_events_and_the_le
         ("coordination.k8s.io", "leases", "create"),
         ("coordination.k8s.io", "leases", "update"),
     }
+
+
+def test_the_toolhive_restart_method_adds_only_its_patch():
+    """`toolhive.enabled` grants get and patch on MCPServers, nothing more."""
+    _, off = roles({})
+    _, on = roles({"toolhive": {"enabled": True}})
+    added = {g for role in on for g in grants(role)} - {g for role in off for g in grants(role)}
+    assert added == TOOLHIVE
 
 
 def test_lease_grant_follows_the_lease_name():

@@ -38,6 +38,7 @@ BAD = {
     "image-repository-empty": {"image": {"repository": ""}},
     "digest-malformed": {"image": {"digest": "latest"}},
     "eviction-enabled-string": {"eviction": {"enabled": "no"}},
+    "toolhive-enabled-string": {"toolhive": {"enabled": "yes"}},
     "lease-name-invalid": {"lease": {"name": "Bouncer Lock"}},
     "policies-bad-file-name": {"policies": {"nightly": "kind: BouncePolicy\n"}},
     "policies-bad-content": {"policies": {"nightly.yaml": 42}},

@@ -289,6 +289,13 @@ async fn a_firing_alert_blocks_and_a_dead_prometheus_turns_history_off() {
     assert_eq!(row["reason"], "blocked by blockWhen: AlwaysFiring");
     let asked = prometheus.requests_served("/api/v1/query").await.unwrap() - queries;
     assert_eq!(asked, 1.0);
+    let target = format!("deploy/{n}/nightly");
+    let text = explain_text(&target, &policies, url.as_str()).await;
+    assert!(
+        text.contains("blocked by blockWhen: AlwaysFiring"),
+        "{text}"
+    );
+    eprintln!("$ bouncer explain {target}\n{text}");
 
     // Nothing listens there: the blocker fails closed, the history trigger is off, and a
     // schedule without a blocker still bounces.
@@ -302,6 +309,11 @@ async fn a_firing_alert_blocks_and_a_dead_prometheus_turns_history_off() {
         reason.starts_with("not due: memory.growth: off: Prometheus history unavailable:"),
         "{reason}"
     );
+    for name in ["nightly", "leaky"] {
+        let target = format!("deploy/{n}/{name}");
+        let text = explain_text(&target, &policies, dead).await;
+        eprintln!("$ bouncer explain {target}   # Prometheus down\n{text}");
+    }
     let unblocked = Policies::new(&[(
         "nightly.yaml",
         &policy(
@@ -311,8 +323,9 @@ async fn a_firing_alert_blocks_and_a_dead_prometheus_turns_history_off() {
             "  triggers:\n    schedule: {cron: \"* * * * *\", startingDeadline: 10m}\n    memory: {growth: {above: 1Mi, per: 1h}}\n  cooldown: 1s\n",
         ),
     )]);
-    let schedules = bouncer(&["plan", "--prometheus-url", dead], &unblocked, n).await;
+    let schedules = bouncer(&["run", "--prometheus-url", dead], &unblocked, n).await;
+    assert_eq!(schedules.code, 0, "{}", schedules.stderr);
     let row = schedules.row("nightly");
-    assert_eq!(row["decision"], "bounce", "{row:#}");
+    assert_eq!(row["decision"], "bounced", "{row:#}");
     assert_eq!(row["triggers"][0]["type"], "schedule");
 }

@@ -510,73 +510,60 @@ fn time_of(row: &Value, field: &str) -> DateTime<Utc> {
         .unwrap_or_else(|| panic!("no {field}: {row:#}"))
 }
 
-/// The MCPServer's own restart annotation on the resource, the operator's answer to "restart my
-/// server", is the candidate for a `restart.method: toolhive`. This records what the operator of
-/// `version` makes of it: whether its proxy Deployment's pod template ever carried the restart
-/// (the operator copies it there), whether it still does once the operator settled, and whether
-/// the proxy pods were replaced.
-async fn mcp_server_cr_restart(version: &str, area: &str) -> (bool, Option<String>, bool) {
-    use futures::StreamExt;
-    use k8s_openapi::api::apps::v1::Deployment as Dep;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
+const CR_RESTARTED_AT: &str = "mcpserver.toolhive.stacklok.dev/restarted-at";
+const CR_PROCESSED: &str = "mcpserver.toolhive.stacklok.dev/last-processed-restart";
+const CR_STRATEGY: &str = "mcpserver.toolhive.stacklok.dev/restart-strategy";
 
-    const KEY: &str = "mcpserver.toolhive.stacklok.dev/restarted-at";
-    const PROCESSED: &str = "mcpserver.toolhive.stacklok.dev/last-processed-restart";
-    let client = client().await;
-    let ns = TestNs::new(&client, area).await;
-    let n = ns.name();
+/// A policy that restarts fetch's proxy through its MCPServer (`restart.method: toolhive`) once
+/// it is over 85% of its memory limit, each bounce within `timeout`.
+fn toolhive_method_policy(ns: &str, timeout: &str) -> String {
+    format!(
+        r#"apiVersion: bouncer.dev/v1alpha1
+kind: BouncePolicy
+metadata: {{name: mcp-proxy-toolhive}}
+spec:
+  target:
+    namespaces: [{ns}]
+    selector: {{matchLabels: {{app.kubernetes.io/name: mcpserver, toolhive-name: fetch}}}}
+    kinds: [Deployment]
+  triggers: {{memory: {{percentOfLimit: 85}}}}
+  cooldown: 1s
+  restart: {{method: toolhive, onRevert: evict, timeout: {timeout}}}
+"#
+    )
+}
+
+/// The operator of `version` with the MCPServer fetch (its backend StatefulSet applied as the
+/// runner would), its proxy modelled at 470Mi of its 512Mi limit and reported so.
+async fn mcp_server_over_threshold(client: &Client, n: &str, version: &str) -> ToolHiveOperator {
     let operator = ToolHiveOperator::start(version, n)
         .await
         .unwrap_or_else(|e| panic!("operator {version}: {e:#}"));
-    or_log(mcp_group(&client, n, "tools").await, &operator);
+    or_log(mcp_group(client, n, "tools").await, &operator);
+    let base = |q: &str| BTreeMap::from([(MEMORY_BASE.to_string(), q.to_string())]);
     or_log(
-        mcp_server(&client, n, "fetch", "tools", &BTreeMap::new()).await,
+        mcp_server(client, n, "fetch", "tools", &base("470Mi")).await,
         &operator,
     );
-    // v0.45.0 bounces a proxy whose backend StatefulSet is missing: create it first.
-    let sts = apply_runner_statefulset(&client, n, "fetch", &BTreeMap::new(), "512Mi").await;
+    // v0.45.0 restarts a proxy whose backend StatefulSet is missing: create it first.
+    let sts = apply_runner_statefulset(client, n, "fetch", &base("40Mi"), "512Mi").await;
     or_log(sts, &operator);
-    let ready = wait_rollout_complete(&client, Kind::Deployment, n, "fetch", READY).await;
-    or_log(ready, &operator);
-    let proxy_pods = "app.kubernetes.io/instance=fetch";
-    let before = pod_uids(&client, n, proxy_pods).await;
+    for kind in [Kind::Deployment, Kind::StatefulSet] {
+        let done = wait_rollout_complete(client, kind, n, "fetch", READY).await;
+        or_log(done, &operator);
+    }
+    let proxy = or_log(
+        wait_pods_ready(client, n, PROXY_PODS, 1, READY).await,
+        &operator,
+    );
+    wait_over(client, n, &proxy, 512 * MI * 85 / 100).await;
+    operator
+}
 
-    let seen = Arc::new(AtomicBool::new(false));
-    let api = kube::Api::<Dep>::namespaced(client.clone(), n);
-    let watch = {
-        let seen = seen.clone();
-        let api = api.clone();
-        let (started, watching) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(async move {
-            let mut started = Some(started);
-            let mut stream = std::pin::pin!(kube::runtime::watcher::watch_object(api, "fetch"));
-            while let Some(Ok(d)) = stream.next().await {
-                if d.as_ref()
-                    .and_then(|d| d.template_annotation(KEY))
-                    .is_some()
-                {
-                    seen.store(true, Ordering::SeqCst);
-                }
-                if let Some(tx) = started.take() {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        // The watch must be running before the restart: the revert may follow within ms.
-        watching.await.expect("the watch started");
-        task
-    };
-    let at = Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+fn annotate_mcp_server(ns: &str, annotation: &str) {
     let out = kubectl()
-        .args([
-            "-n",
-            n,
-            "annotate",
-            "mcpserver.toolhive.stacklok.dev",
-            "fetch",
-        ])
-        .arg(format!("{KEY}={at}"))
+        .args(["-n", ns, "annotate", "--overwrite"])
+        .args(["mcpserver.toolhive.stacklok.dev", "fetch", annotation])
         .output()
         .expect("kubectl runs");
     assert!(
@@ -584,61 +571,174 @@ async fn mcp_server_cr_restart(version: &str, area: &str) -> (bool, Option<Strin
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // The operator marks the request processed right after acting on it.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let cr = bouncer_testkit::toolhive::get_resource(&client, n, "MCPServer", "fetch").await;
-        if or_log(cr, &operator)["metadata"]["annotations"][PROCESSED] == at.as_str() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "operator {version} did not process the restart"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    // Let the follow-up reconcile (it requeues after a restart) and the rollout settle.
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let done = wait_rollout_complete(&client, Kind::Deployment, n, "fetch", READY).await;
-    or_log(done, &operator);
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    watch.abort();
-    let now = api.get("fetch").await.expect("get deployment");
-    let after = pod_uids(&client, n, proxy_pods).await;
-    let replaced = after.iter().all(|u| !before.contains(u));
-    (
-        seen.load(Ordering::SeqCst),
-        now.template_annotation(KEY),
-        replaced,
+}
+
+async fn mcp_server_annotations(client: &Client, ns: &str, op: &ToolHiveOperator) -> Value {
+    let cr = bouncer_testkit::toolhive::get_resource(client, ns, "MCPServer", "fetch").await;
+    or_log(cr, op)["metadata"]["annotations"].clone()
+}
+
+/// `restart.method: toolhive` on the fixed release: bouncer asks the MCPServer for a rolling
+/// restart, the operator rolls its proxy Deployment, and bouncer verifies that rollout by the
+/// operator's own annotation; bouncer never writes the pod template. An MCPServer that asks
+/// for the `immediate` strategy (the operator deletes every pod at once) is not asked at all,
+/// and a request the operator does not act on within the timeout is withdrawn.
+#[tokio::test]
+async fn toolhive_v0_45_restarts_an_mcp_server_through_its_resource() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "th-method").await;
+    let n = ns.name();
+    let mut operator = mcp_server_over_threshold(&client, n, TOOLHIVE_FIXED).await;
+    let policy = toolhive_method_policy(n, "2m");
+    let policies = Policies::new(&[("mcp-proxy-toolhive.yaml", &policy)]);
+    let before = pod_uids(&client, n, PROXY_PODS).await;
+
+    annotate_mcp_server(n, &format!("{CR_STRATEGY}=immediate"));
+    let refused = bouncer(&["run"], &policies, n).await;
+    assert_eq!(refused.code, 0, "{}", report(&refused));
+    let row = refused.row("fetch");
+    assert_eq!(row["decision"], "skipped", "{row:#}");
+    assert_eq!(row["reasonCode"], "restartStrategy", "{row:#}");
+    let annotations = mcp_server_annotations(&client, n, &operator).await;
+    assert!(annotations[CR_RESTARTED_AT].is_null(), "{annotations:#}");
+    assert_eq!(pod_uids(&client, n, PROXY_PODS).await, before);
+    annotate_mcp_server(n, &format!("{CR_STRATEGY}-"));
+
+    // No operator to act on the request: the bounce fails within its timeout and takes the
+    // request back, so the server is not restarted later, unobserved.
+    operator.pause();
+    let short = toolhive_method_policy(n, "5s");
+    let unanswered = bouncer(
+        &["run"],
+        &Policies::new(&[("mcp-proxy-toolhive.yaml", &short)]),
+        n,
     )
+    .await;
+    assert_eq!(unanswered.code, 1, "{}", report(&unanswered));
+    let row = unanswered.row("fetch");
+    assert_eq!(row["reasonCode"], "operatorNoRestart", "{row:#}");
+    assert!(
+        row["reason"]
+            .as_str()
+            .unwrap()
+            .ends_with("the restart request was withdrawn"),
+        "{row:#}"
+    );
+    let cr = bouncer_testkit::toolhive::get_resource(&client, n, "MCPServer", "fetch").await;
+    let annotations = cr.expect("MCPServer")["metadata"]["annotations"].clone();
+    assert!(annotations[CR_RESTARTED_AT].is_null(), "{annotations:#}");
+    assert_eq!(pod_uids(&client, n, PROXY_PODS).await, before);
+
+    let resumed = operator.resume().await;
+    or_log(resumed, &operator);
+    let mark = audit_mark();
+    let run = run_with_table(&policies, n, "restart.method: toolhive, v0.45.0").await;
+    assert_eq!(run.code, 0, "{}", report(&run));
+    assert_eq!(run.bounced(), ["fetch"], "{}", report(&run));
+    let row = run.row("fetch");
+    assert_eq!(row["method"], "toolhive", "{row:#}");
+    assert!(
+        row["verification"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{CR_RESTARTED_AT} intact, 1/1 pods new")),
+        "{row:#}"
+    );
+    // The operator acted on bouncer's request and marked it processed.
+    let annotations = mcp_server_annotations(&client, n, &operator).await;
+    assert!(annotations[CR_RESTARTED_AT].is_string(), "{annotations:#}");
+    assert_eq!(
+        annotations[CR_RESTARTED_AT], annotations[CR_PROCESSED],
+        "{annotations:#}"
+    );
+    let template = deployment(&client, n, "fetch").await;
+    assert!(template.template_annotation(CR_RESTARTED_AT).is_some());
+    assert_eq!(
+        restarted_at_of(&client, n, "fetch").await,
+        None,
+        "bouncer did not write the pod template"
+    );
+    let after = pod_uids(&client, n, PROXY_PODS).await;
+    assert!(
+        after.iter().all(|u| !before.contains(u)),
+        "{before:?} -> {after:?}"
+    );
+    assert_eq!(
+        bouncer_events(&client, n, "fetch", "Bounced").await.len(),
+        1
+    );
+    if let Some(mark) = mark {
+        let log = audit_since(mark);
+        assert_eq!(
+            audited(&log, "patch", "mcpservers", n).len(),
+            1,
+            "one request"
+        );
+        // The attempt mark on the Deployment's metadata, before the request and with the
+        // outcome after it; the pod template is the operator's alone (restartedAt above).
+        assert_eq!(audited(&log, "patch", "deployments", n).len(), 2);
+        assert!(evictions(mark, n).is_empty(), "nothing evicted");
+    }
+    eprintln!(
+        "toolhive {TOOLHIVE_FIXED}: restart through the MCPServer verified in {}s",
+        row["durationSeconds"]
+    );
 }
 
-/// v0.44.0 undoes its own MCPServer restart like kubectl's: its next reconcile compares the
-/// template's annotations with `maps.Equal` and removes the restart it just wrote. So a
-/// `restart.method: toolhive` would not help on the version that needs help.
+/// v0.44.0 undoes its own MCPServer restart like kubectl's: the template annotation it writes is
+/// removed by its next reconcile (`maps.Equal`) before the rollout completes. bouncer sees the
+/// operator's restart vanish, names the operator, and evicts the proxy's pod instead.
 #[tokio::test]
-async fn toolhive_v0_44_undoes_its_own_mcp_server_restart() {
-    let (seen, now, replaced) = mcp_server_cr_restart(TOOLHIVE_REVERTING, "th-cr-old").await;
-    eprintln!(
-        "toolhive {TOOLHIVE_REVERTING}: CR restart in the template: seen {seen}, now {now:?}, pods replaced {replaced}"
-    );
-    assert!(
-        seen,
-        "the operator copied the restart into the pod template"
-    );
-    assert_eq!(now, None, "and then removed it again");
-}
+async fn toolhive_v0_44_undoes_its_own_restart_and_bouncer_evicts() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "th-method-old").await;
+    let n = ns.name();
+    let operator = mcp_server_over_threshold(&client, n, TOOLHIVE_REVERTING).await;
+    let policy = toolhive_method_policy(n, "2m");
+    let policies = Policies::new(&[("mcp-proxy-toolhive.yaml", &policy)]);
+    let before = pod_uids(&client, n, PROXY_PODS).await;
+    let mark = audit_mark();
 
-/// v0.45.0 keeps its own MCPServer restart (its drift check became a subset check).
-#[tokio::test]
-async fn toolhive_v0_45_keeps_its_own_mcp_server_restart() {
-    let (seen, now, replaced) = mcp_server_cr_restart(TOOLHIVE_FIXED, "th-cr-new").await;
-    eprintln!(
-        "toolhive {TOOLHIVE_FIXED}: CR restart in the template: seen {seen}, now {now:?}, pods replaced {replaced}"
+    let run = run_with_table(&policies, n, "restart.method: toolhive, v0.44.0").await;
+    assert_eq!(run.code, 0, "{}", report(&run));
+    assert_eq!(
+        run.queue(),
+        [("fetch".to_string(), "revertedEvicted".to_string())],
+        "{}",
+        report(&run)
     );
+    let row = run.row("fetch");
+    assert_eq!(row["method"], "toolhive", "{row:#}");
+    let owners = template_annotation_owners(&client, n, "fetch").await;
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    let reason = row["reason"].as_str().unwrap();
     assert!(
-        seen && now.is_some(),
-        "the restart stays in the pod template"
+        reason.starts_with(&format!("{CR_RESTARTED_AT} was reverted by {}", owners[0])),
+        "{row:#}"
     );
-    assert!(replaced, "every proxy pod was replaced");
+    let annotations = mcp_server_annotations(&client, n, &operator).await;
+    assert_eq!(
+        annotations[CR_RESTARTED_AT], annotations[CR_PROCESSED],
+        "the operator processed the request: {annotations:#}"
+    );
+    let template = deployment(&client, n, "fetch").await;
+    assert_eq!(template.template_annotation(CR_RESTARTED_AT), None);
+    assert_eq!(
+        bouncer_events(&client, n, "fetch", "BounceReverted")
+            .await
+            .len(),
+        1
+    );
+    let after = pod_uids(&client, n, PROXY_PODS).await;
+    assert!(
+        after.iter().all(|u| !before.contains(u)),
+        "{before:?} -> {after:?}"
+    );
+    if let Some(mark) = mark {
+        assert_eq!(evictions(mark, n).len(), 1, "the proxy's one pod evicted");
+    }
+    eprintln!(
+        "toolhive {TOOLHIVE_REVERTING}: restart through the MCPServer reverted by {}; {}s: {reason}",
+        owners[0], row["durationSeconds"]
+    );
 }

@@ -79,6 +79,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
   resources: [pods/eviction]
   verbs: [create]
 {{- end }}
+{{- if .Values.toolhive.enabled }}
+- apiGroups: [toolhive.stacklok.dev]
+  resources: [mcpservers]
+  verbs: [get, patch]
+{{- end }}
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create]

@@ -121,6 +121,11 @@ pub enum RestartMethod {
     Rollout,
     /// Evict pods one at a time through the Eviction API.
     Evict,
+    /// A Deployment that a ToolHive MCPServer owns is restarted through that resource: bouncer
+    /// sets its `mcpserver.toolhive.stacklok.dev/restarted-at` annotation, the operator rolls
+    /// the Deployment, and bouncer follows and verifies that rollout. Other workloads are
+    /// restarted as with `auto`.
+    Toolhive,
 }
 
 #[derive(

@@ -44,6 +44,8 @@ static GATE: LazyLock<Arc<Mutex<()>>> = LazyLock::new(|| Arc::new(Mutex::new(())
 /// A running ToolHive operator watching one namespace, or several (comma-separated).
 pub struct ToolHiveOperator {
     child: Child,
+    /// Where the binary and its CRDs are.
+    dir: PathBuf,
     version: String,
     ns: String,
     log: PathBuf,
@@ -71,36 +73,32 @@ impl ToolHiveOperator {
         let logs = target_dir().join("toolhive-logs");
         std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
         let log = logs.join(format!("{ns}-{version}.log"));
-        let file =
-            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        // setpriv --pdeathsig: the operator dies with the test thread that started it, even
-        // when the test process is killed and no Drop runs.
-        let child = Command::new("setpriv")
-            .args(["--pdeathsig", "KILL", "--"])
-            .arg(dir.join("thv-operator"))
-            .args([
-                "--metrics-bind-address=0",
-                "--health-probe-bind-address=0",
-                "--leader-elect=false",
-            ])
-            .env("KUBECONFIG", &cluster().kubeconfig)
-            .env("WATCH_NAMESPACE", ns)
-            .env("POD_NAMESPACE", ns.split(',').next().unwrap_or(ns))
-            .env("TOOLHIVE_SKIP_UPDATE_CHECK", "true")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .spawn()
-            .with_context(|| format!("starting ToolHive operator {version}"))?;
+        let _ = std::fs::remove_file(&log);
+        let child = spawn(&dir, version, ns, &log)?;
         let mut operator = Self {
             child,
+            dir,
             version: version.to_string(),
             ns: ns.to_string(),
             log,
             _gate: gate,
         };
-        operator.wait_started().await?;
+        operator.wait_started(0).await?;
         Ok(operator)
+    }
+
+    /// Stops the operator and keeps its CRDs and its turn (no other version's test starts
+    /// meanwhile), until `resume`: an operator that is down.
+    pub fn pause(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the operator again after `pause`, and waits until its controllers run.
+    pub async fn resume(&mut self) -> Result<()> {
+        let from = self.log().len();
+        self.child = spawn(&self.dir, &self.version, &self.ns, &self.log)?;
+        self.wait_started(from).await
     }
 
     pub fn version(&self) -> &str {
@@ -123,10 +121,10 @@ impl ToolHiveOperator {
 
     /// controller-runtime logs "Starting workers ... controllerKind=<Kind> ..." once per
     /// controller, after its caches synced.
-    async fn wait_started(&mut self) -> Result<()> {
+    async fn wait_started(&mut self, from: usize) -> Result<()> {
         let deadline = tokio::time::Instant::now() + STARTUP;
         loop {
-            let log = self.log();
+            let log = self.log().get(from..).unwrap_or_default().to_string();
             let started = ["VirtualMCPServer", "MCPServer", "MCPGroup"]
                 .iter()
                 .all(|kind| {
@@ -177,6 +175,35 @@ impl Drop for ToolHiveOperator {
             let _ = std::fs::remove_file(&self.log);
         }
     }
+}
+
+/// The operator process for `ns`, logging to `log` (appended: a resumed operator keeps the
+/// first run's lines).
+fn spawn(dir: &Path, version: &str, ns: &str, log: &Path) -> Result<Child> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))?;
+    // setpriv --pdeathsig: the operator dies with the test thread that started it, even
+    // when the test process is killed and no Drop runs.
+    Command::new("setpriv")
+        .args(["--pdeathsig", "KILL", "--"])
+        .arg(dir.join("thv-operator"))
+        .args([
+            "--metrics-bind-address=0",
+            "--health-probe-bind-address=0",
+            "--leader-elect=false",
+        ])
+        .env("KUBECONFIG", &cluster().kubeconfig)
+        .env("WATCH_NAMESPACE", ns)
+        .env("POD_NAMESPACE", ns.split(',').next().unwrap_or(ns))
+        .env("TOOLHIVE_SKIP_UPDATE_CHECK", "true")
+        .stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .spawn()
+        .with_context(|| format!("starting ToolHive operator {version}"))
 }
 
 fn tail(text: &str, lines: usize) -> String {
