@@ -508,9 +508,9 @@ impl Executor<'_> {
         let managers = reverters.managers;
         let found = found.unwrap_or_else(|| "removed".into());
         let note = format!(
-            "{} was reverted by {by} (now: {found}); onRevert: {:?}",
+            "{} was reverted by {by} (now: {found}); onRevert: {}",
             annotation_label(restart.method),
-            b.on_revert
+            b.on_revert.as_str()
         );
         out.verification = Some(note.clone());
         tracing::warn!(workload = %b.target, "{note}");

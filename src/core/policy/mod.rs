@@ -139,6 +139,16 @@ pub enum OnRevert {
     Evict,
 }
 
+impl OnRevert {
+    /// As the policy file spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnRevert::Fail => "fail",
+            OnRevert::Evict => "evict",
+        }
+    }
+}
+
 /// One valid policy document as JSON, for the loader's, the validator's and the schema's tests.
 #[cfg(test)]
 pub(crate) fn example_document() -> serde_json::Value {
