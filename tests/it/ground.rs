@@ -1,20 +1,18 @@
 //! Proves the test harness is real: restarts roll new pods, metrics-server's numbers leak and reset, and
-//! the fixture controllers (reverting operator, bare-pod app) really act on the cluster.
+//! the bare-pod app really recreates its pods.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bouncer_testkit::PodMemory;
 use bouncer_testkit::{
-    BackgroundTask, BarePodApp, Kind, PodTemplateExt, RESTARTED_AT, RevertMode, RevertingOperator,
-    TestNs, client, create, daemonset, deployment, model_usage, pod_template,
-    rollout_restart_patch, statefulset, wait_pod_memory, wait_pod_replaced, wait_pods_ready,
-    wait_rollout_complete,
+    BarePodApp, Kind, PodTemplateExt, RESTARTED_AT, TestNs, client, create, daemonset, deployment,
+    model_usage, pod_template, rollout_restart_patch, statefulset, wait_pod_memory,
+    wait_pod_replaced, wait_pods_ready, wait_rollout_complete,
 };
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::runtime::wait::await_condition;
-use kube::{Api, Client, ResourceExt};
+use kube::api::DeleteParams;
+use kube::{Api, ResourceExt};
 
 /// Generous: the whole control plane shares two cores with every test running at once.
 const WAIT: Duration = Duration::from_secs(180);
@@ -198,103 +196,6 @@ async fn pod_metrics_leak_and_drop_after_restart() {
         fresh.bytes + 9 * MI <= old_then,
         "no drop after restart: old pod's model {old_then}, new {fresh:?}"
     );
-}
-
-/// Starts the operator, restarts its Deployment (plus a foreign annotation when `extra`) and
-/// returns how long until the watched key left the template, the Deployment then, the
-/// restartedAt value written and the operator (kept running by the caller).
-async fn restart_under_operator(
-    client: &Client,
-    ns: &str,
-    mode: RevertMode,
-    extra: bool,
-) -> (Duration, Deployment, String, BackgroundTask) {
-    let d = deployment("vmcp", 1, &[("app", "vmcp")])
-        .with_annotation("toolhive.stacklok.dev/hash", "abc");
-    let operator = RevertingOperator::spawn(client.clone(), ns, d, mode)
-        .await
-        .expect("operator");
-    wait_rollout_complete(client, Kind::Deployment, ns, "vmcp", WAIT)
-        .await
-        .unwrap();
-    let api = Api::<Deployment>::namespaced(client.clone(), ns);
-    let value = rollout_restart_patch(client, Kind::Deployment, ns, "vmcp")
-        .await
-        .unwrap();
-    if extra {
-        let body = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {"example.com/extra": "x"}}}}});
-        api.patch("vmcp", &PatchParams::default(), &Patch::Merge(&body))
-            .await
-            .unwrap();
-    }
-    let started = Instant::now();
-    let key = if extra {
-        "example.com/extra"
-    } else {
-        RESTARTED_AT
-    };
-    let cond =
-        move |d: Option<&Deployment>| d.is_some_and(|d| d.template_annotation(key).is_none());
-    let reverted =
-        tokio::time::timeout(Duration::from_secs(30), await_condition(api, "vmcp", cond))
-            .await
-            .expect("operator reverted the template within 30s")
-            .unwrap()
-            .unwrap();
-    let took = started.elapsed();
-    eprintln!("{mode:?}: template reverted {took:?} after the patch");
-    assert!(operator.actions() >= 1, "the operator made no write");
-    assert_eq!(
-        reverted
-            .template_annotation("toolhive.stacklok.dev/hash")
-            .as_deref(),
-        Some("abc")
-    );
-    let managers: Vec<_> = reverted
-        .managed_fields()
-        .iter()
-        .filter_map(|m| m.manager.clone())
-        .collect();
-    assert!(
-        managers.iter().any(|m| m == "toolhive-operator"),
-        "managedFields: {managers:?}"
-    );
-    (took, reverted, value, operator)
-}
-
-#[tokio::test]
-async fn strict_operator_reverts_restarted_at() {
-    let client = client().await;
-    let ns = TestNs::new(&client, "harness").await;
-    let (took, ..) = restart_under_operator(&client, ns.name(), RevertMode::Strict, false).await;
-    assert!(
-        took < Duration::from_secs(2),
-        "restartedAt removed only after {took:?}"
-    );
-}
-
-#[tokio::test]
-async fn fixed_operator_keeps_restarted_at() {
-    let client = client().await;
-    let ns = TestNs::new(&client, "harness").await;
-    let n = ns.name();
-    let (took, reverted, value, _operator) =
-        restart_under_operator(&client, n, RevertMode::KeepRestartedAt, true).await;
-    assert!(
-        took < Duration::from_secs(2),
-        "extra annotation removed only after {took:?}"
-    );
-    assert_eq!(
-        reverted.template_annotation(RESTARTED_AT),
-        Some(value.clone())
-    );
-    wait_rollout_complete(&client, Kind::Deployment, n, "vmcp", WAIT)
-        .await
-        .unwrap();
-    let pods = wait_pods_ready(&client, n, "app=vmcp", 1, WAIT)
-        .await
-        .unwrap();
-    assert_eq!(pods[0].annotations().get(RESTARTED_AT), Some(&value));
 }
 
 #[tokio::test]

@@ -1,119 +1,21 @@
-//! Owners that fight the restart: an operator that reverts restartedAt (ToolHive <= v0.44.0, and
-//! its fixed mode), and an app that keeps bare pods under fixed names (mcpd), restarted by
-//! eviction one pod at a time.
+//! Restarts by eviction, one pod at a time: an app that keeps bare pods under fixed names (mcpd),
+//! and the evictions' own rules (order, replacement, the budget's answers) shared with the
+//! ToolHive tests, where the real operator reverts restartedAt and bouncer evicts instead.
 
 use std::time::Duration;
 
-use bouncer_testkit::{
-    BarePodApp, Kind, RevertMode, RevertingOperator, TestNs, client, create, deployment,
-    pod_template, wait_pods_ready, wait_rollout_complete,
-};
+use bouncer_testkit::{BarePodApp, TestNs, client, pod_template, wait_pods_ready};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
-use kube::Client;
 
 use crate::harness::{
-    Policies, audit_mark, audit_since, audit_time, audited, bouncer, bouncer_events, next_minute,
-    pod_uids, pods, policy, ready_since, restarted_at_of,
+    Policies, audit_mark, audit_since, audit_time, audited, bouncer, next_minute, pod_uids, pods,
+    policy, ready_since,
 };
 
 const READY: Duration = Duration::from_secs(180);
-const EVERY_MINUTE: &str =
+pub(crate) const EVERY_MINUTE: &str =
     "  triggers:\n    schedule: {cron: \"* * * * *\", startingDeadline: 5m}\n  cooldown: 1s\n";
-
-/// The operator's Deployment `owned` (2 replicas) and, created after it so it queues second, a
-/// plain Deployment `plain`; both selected by one policy with `restart` set to `restart`.
-async fn operator_and_plain(
-    client: &Client,
-    ns: &str,
-    mode: RevertMode,
-    restart: &str,
-) -> (bouncer_testkit::BackgroundTask, Policies) {
-    let owned = deployment("owned", 2, &[("app", "owned"), ("revert", "yes")]);
-    let operator = RevertingOperator::spawn(client.clone(), ns, owned, mode)
-        .await
-        .expect("operator starts");
-    wait_rollout_complete(client, Kind::Deployment, ns, "owned", READY)
-        .await
-        .expect("owned ready");
-    create(
-        client,
-        ns,
-        &deployment("plain", 1, &[("app", "plain"), ("revert", "yes")]),
-    )
-    .await
-    .unwrap();
-    wait_rollout_complete(client, Kind::Deployment, ns, "plain", READY)
-        .await
-        .expect("plain ready");
-    let extra = format!("{EVERY_MINUTE}  restart: {restart}\n");
-    let policies = Policies::new(&[(
-        "p.yaml",
-        &policy("toolhive", ns, "{revert: \"yes\"}", &extra),
-    )]);
-    next_minute(Duration::from_secs(1)).await;
-    (operator, policies)
-}
-
-/// ToolHive <= v0.44.0 with `onRevert: fail`: the revert is detected, named, recorded as a
-/// BounceReverted Event, and halts the run before the next workload.
-#[tokio::test]
-async fn reverted_restart_fails_and_names_the_operator() {
-    let client = client().await;
-    let ns = TestNs::new(&client, "revert-fail").await;
-    let n = ns.name();
-    let (operator, policies) =
-        operator_and_plain(&client, n, RevertMode::Strict, "{onRevert: fail}").await;
-    let plain_pods = pod_uids(&client, n, "app=plain").await;
-
-    let run = bouncer(&["run"], &policies, n).await;
-    assert_eq!(
-        run.code, 1,
-        "stderr: {}\nreport: {:#}",
-        run.stderr, run.report
-    );
-    assert_eq!(
-        run.queue(),
-        [
-            ("owned".to_string(), "reverted".to_string()),
-            ("plain".to_string(), "notAttempted".to_string())
-        ]
-    );
-    let row = run.row("owned");
-    for field in ["reason", "verification"] {
-        assert!(
-            row[field].as_str().unwrap().contains("toolhive-operator"),
-            "{field} names the reverter: {row:#}"
-        );
-    }
-    assert!(operator.actions() >= 1, "the operator reverted");
-    assert_eq!(
-        restarted_at_of(&client, n, "owned").await,
-        None,
-        "the revert stands"
-    );
-    let events = bouncer_events(&client, n, "owned", "BounceReverted").await;
-    assert_eq!(events.len(), 1, "one BounceReverted Event");
-    assert!(
-        events[0]
-            .note
-            .as_deref()
-            .unwrap()
-            .contains("toolhive-operator"),
-        "{:?}",
-        events[0].note
-    );
-    assert_eq!(
-        events[0].regarding.as_ref().unwrap().kind.as_deref(),
-        Some("Deployment")
-    );
-    assert_eq!(
-        restarted_at_of(&client, n, "plain").await,
-        None,
-        "plain was patched after the halt"
-    );
-    assert_eq!(pod_uids(&client, n, "app=plain").await, plain_pods);
-}
 
 /// Evictions of `pods` in `ns` that bouncer made since `mark`, oldest first (pod name, time).
 pub(crate) fn evictions(mark: u64, ns: &str) -> Vec<(String, DateTime<Utc>)> {
@@ -157,109 +59,6 @@ pub(crate) fn assert_one_at_a_time(evicted: &[(String, DateTime<Utc>)], now: &[P
             "eviction at {next} before the previous replacement was Ready ({first_ready})"
         );
     }
-}
-
-/// ToolHive <= v0.44.0 with `onRevert: evict`: after the revert every pod is evicted, one at a
-/// time, and replaced; the run succeeds.
-#[tokio::test]
-async fn reverted_restart_is_followed_by_evictions_one_at_a_time() {
-    let client = client().await;
-    let ns = TestNs::new(&client, "revert-evict").await;
-    let n = ns.name();
-    let (_operator, policies) =
-        operator_and_plain(&client, n, RevertMode::Strict, "{onRevert: evict}").await;
-    let before = pod_uids(&client, n, "app=owned").await;
-    let mark = audit_mark();
-
-    let run = bouncer(&["run"], &policies, n).await;
-    assert_eq!(
-        run.code, 0,
-        "stderr: {}\nreport: {:#}",
-        run.stderr, run.report
-    );
-    assert_eq!(
-        run.queue(),
-        [
-            ("owned".to_string(), "revertedEvicted".to_string()),
-            ("plain".to_string(), "bounced".to_string())
-        ]
-    );
-    assert!(
-        run.row("owned")["reason"]
-            .as_str()
-            .unwrap()
-            .contains("toolhive-operator"),
-        "{:#}",
-        run.row("owned")
-    );
-    let after = wait_pods_ready(&client, n, "app=owned", 2, READY)
-        .await
-        .unwrap();
-    for p in &after {
-        assert!(
-            !before.contains(p.metadata.uid.as_ref().unwrap()),
-            "pod {:?} survived",
-            p.metadata.name
-        );
-    }
-    assert_eq!(
-        bouncer_events(&client, n, "owned", "BounceReverted")
-            .await
-            .len(),
-        1
-    );
-    if let Some(mark) = mark {
-        let evicted = evictions(mark, n);
-        assert_eq!(evicted.len(), 2, "{evicted:?}");
-        let names: Vec<&str> = evicted.iter().map(|(p, _)| p.as_str()).collect();
-        assert_ne!(names[0], names[1], "two different pods evicted");
-        assert_one_at_a_time(&evicted, &after);
-    }
-}
-
-/// ToolHive after the fix keeps restartedAt: an ordinary verified bounce, with a Bounced Event.
-#[tokio::test]
-async fn an_operator_that_keeps_restarted_at_is_bounced() {
-    let client = client().await;
-    let ns = TestNs::new(&client, "revert-keep").await;
-    let n = ns.name();
-    let (_operator, policies) =
-        operator_and_plain(&client, n, RevertMode::KeepRestartedAt, "{onRevert: fail}").await;
-    let before = pod_uids(&client, n, "app=owned").await;
-
-    let run = bouncer(&["run"], &policies, n).await;
-    assert_eq!(
-        run.code, 0,
-        "stderr: {}\nreport: {:#}",
-        run.stderr, run.report
-    );
-    assert_eq!(run.bounced(), ["owned", "plain"]);
-    let row = run.row("owned");
-    assert!(
-        row["verification"]
-            .as_str()
-            .unwrap()
-            .starts_with("restartedAt intact, 2/2 pods new"),
-        "{row:#}"
-    );
-    assert_eq!(
-        restarted_at_of(&client, n, "owned").await.as_deref(),
-        row["patchedAt"].as_str()
-    );
-    let after = pod_uids(&client, n, "app=owned").await;
-    assert!(
-        after.iter().all(|u| !before.contains(u)),
-        "{before:?} -> {after:?}"
-    );
-    assert_eq!(
-        bouncer_events(&client, n, "owned", "Bounced").await.len(),
-        1
-    );
-    assert!(
-        bouncer_events(&client, n, "owned", "BounceReverted")
-            .await
-            .is_empty()
-    );
 }
 
 fn uid_of(pods: &[Pod], name: &str) -> String {
@@ -376,7 +175,7 @@ fn pod_uids_of(pods: &[Pod]) -> Vec<String> {
 }
 
 /// Eviction answers of the API server to bouncer since `mark` in `ns`: (pod, HTTP code).
-fn eviction_answers(mark: u64, ns: &str) -> Vec<(String, i64)> {
+pub(crate) fn eviction_answers(mark: u64, ns: &str) -> Vec<(String, i64)> {
     let log = audit_since(mark);
     audited(&log, "create", "pods/eviction", ns)
         .into_iter()
@@ -387,119 +186,4 @@ fn eviction_answers(mark: u64, ns: &str) -> Vec<(String, i64)> {
             )
         })
         .collect()
-}
-
-/// The eviction path under a PodDisruptionBudget that allows no disruption (the planner does not
-/// gate `onRevert: evict`, the Eviction API does): a 429 is retried until the bounce's timeout,
-/// then the bounce fails as refused (in time, whatever the client retries by itself); on the
-/// next run the budget is relaxed while bouncer retries, and the evictions go through one at a
-/// time.
-#[tokio::test]
-async fn pdb_refusals_are_retried_until_the_budget_allows_or_the_timeout() {
-    let client = client().await;
-    let ns = TestNs::new(&client, "pdb-retry").await;
-    let n = ns.name();
-    let owned = deployment("owned", 2, &[("app", "owned"), ("revert", "yes")]);
-    let _operator = RevertingOperator::spawn(client.clone(), n, owned, RevertMode::Strict)
-        .await
-        .expect("operator starts");
-    wait_rollout_complete(&client, Kind::Deployment, n, "owned", READY)
-        .await
-        .expect("owned ready");
-    let pdb = |min: i32| {
-        format!(
-            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {{name: owned, namespace: {n}}}\n\
-             spec: {{minAvailable: {min}, selector: {{matchLabels: {{app: owned}}}}}}\n"
-        )
-    };
-    crate::harness::apply(&pdb(2));
-    let with_timeout = |t: &str| {
-        let extra = format!("{EVERY_MINUTE}  restart: {{onRevert: evict, timeout: {t}}}\n");
-        Policies::new(&[("p.yaml", &policy("owned", n, "{app: owned}", &extra))])
-    };
-    next_minute(Duration::from_secs(1)).await;
-    let before = pod_uids(&client, n, "app=owned").await;
-    let mark = audit_mark().expect("this test reads the budget's answers from the audit log");
-
-    let started = std::time::Instant::now();
-    let blocked = bouncer(&["run"], &with_timeout("20s"), n).await;
-    let took = started.elapsed();
-    assert_eq!(
-        blocked.code, 1,
-        "stderr: {}\nreport: {:#}",
-        blocked.stderr, blocked.report
-    );
-    let row = blocked.row("owned");
-    assert_eq!(row["decision"], "failed", "{row:#}");
-    let reason = row["reason"].as_str().unwrap();
-    assert!(reason.contains("was refused until the timeout"), "{reason}");
-    // The client's own 429 retries (with a backoff of minutes) must not stretch the timeout.
-    assert!(
-        took < Duration::from_secs(75),
-        "a 20s bounce timeout took {took:?}"
-    );
-    assert_eq!(
-        bouncer_events(&client, n, "owned", "BounceFailed")
-            .await
-            .len(),
-        1
-    );
-    let answers = eviction_answers(mark, n);
-    assert!(
-        answers.len() > 1 && answers.iter().all(|(_, code)| *code == 429),
-        "{answers:?}"
-    );
-    assert_eq!(
-        pod_uids(&client, n, "app=owned").await,
-        before,
-        "nothing was evicted"
-    );
-
-    // The failed bounce marked this fire as attempted (never repeated): the next fire is due.
-    next_minute(Duration::from_secs(1)).await;
-    let mark = audit_mark().unwrap();
-    let patient = with_timeout("3m");
-    let mut running = crate::harness::spawn_bouncer(&["run"], &patient, n, &[]);
-    // The audit log is a file: poll it until the budget has said no at least once.
-    let refused = async {
-        while !eviction_answers(mark, n)
-            .iter()
-            .any(|(_, code)| *code == 429)
-        {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    };
-    if tokio::time::timeout(READY, refused).await.is_err() {
-        running.start_kill().unwrap();
-        let run = crate::harness::finish(running).await;
-        panic!("no eviction was refused: {}\n{:#}", run.stderr, run.report);
-    }
-    crate::harness::apply(&pdb(1));
-    let run = crate::harness::finish(running).await;
-    assert_eq!(
-        run.code, 0,
-        "stderr: {}\nreport: {:#}",
-        run.stderr, run.report
-    );
-    assert_eq!(
-        run.row("owned")["decision"],
-        "revertedEvicted",
-        "{:#}",
-        run.report
-    );
-    let after = wait_pods_ready(&client, n, "app=owned", 2, READY)
-        .await
-        .unwrap();
-    assert!(
-        after
-            .iter()
-            .all(|p| !before.contains(p.metadata.uid.as_ref().unwrap())),
-        "every pod replaced"
-    );
-    let answers = eviction_answers(mark, n);
-    assert!(
-        answers.iter().all(|(_, code)| *code == 429 || *code < 300),
-        "{answers:?}"
-    );
-    assert_one_at_a_time(&evictions(mark, n), &after);
 }

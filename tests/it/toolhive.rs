@@ -16,7 +16,7 @@ use bouncer_testkit::toolhive::{
 };
 use bouncer_testkit::{
     Kind, MEMORY_BASE, TOOLHIVE_FIXED, TOOLHIVE_REVERTING, TestNs, ToolHiveOperator, client,
-    kubectl, repo_root, wait_pod_memory, wait_pods_ready, wait_rollout_complete,
+    create, kubectl, repo_root, wait_pod_memory, wait_pods_ready, wait_rollout_complete,
 };
 use chrono::{DateTime, Utc};
 use kube::Client;
@@ -24,9 +24,9 @@ use serde_json::Value;
 
 use crate::harness::{
     Bounced, Policies, audit_all_since, audit_mark, audit_since, audit_time, audited, bouncer,
-    bouncer_events, deployment, pod_uids, restarted_at_of,
+    bouncer_events, deployment, next_minute, pod_uids, policy, restarted_at_of,
 };
-use crate::revert::{assert_one_at_a_time, evictions};
+use crate::revert::{EVERY_MINUTE, assert_one_at_a_time, eviction_answers, evictions};
 
 const READY: Duration = Duration::from_secs(180);
 const VMCP: &str = "vmcp-main";
@@ -104,6 +104,20 @@ async fn vmcp_over_threshold(
     ns: &str,
     version: &str,
 ) -> (ToolHiveOperator, Policies) {
+    let (operator, pods) = vmcp(client, ns, version).await;
+    set_pod_memory(ns, &pods, "1600Mi");
+    wait_over(client, ns, &pods, 1536 * MI).await;
+    let policy = example_policy("vmcp-nightly.yaml", "toolhive-system", ns);
+    (operator, Policies::new(&[("vmcp-nightly.yaml", &policy)]))
+}
+
+/// An operator of `version` for `ns` and the VirtualMCPServer `vmcp-main` (2 replicas, group
+/// `main`) it reconciles, with its ready pods.
+async fn vmcp(
+    client: &Client,
+    ns: &str,
+    version: &str,
+) -> (ToolHiveOperator, Vec<k8s_openapi::api::core::v1::Pod>) {
     let operator = ToolHiveOperator::start(version, ns)
         .await
         .unwrap_or_else(|e| panic!("operator {version}: {e:#}"));
@@ -118,10 +132,7 @@ async fn vmcp_over_threshold(
         wait_pods_ready(client, ns, VMCP_PODS, 2, READY).await,
         &operator,
     );
-    set_pod_memory(ns, &pods, "1600Mi");
-    wait_over(client, ns, &pods, 1536 * MI).await;
-    let policy = example_policy("vmcp-nightly.yaml", "toolhive-system", ns);
-    (operator, Policies::new(&[("vmcp-nightly.yaml", &policy)]))
+    (operator, pods)
 }
 
 /// Field managers other than bouncer and kube-controller-manager that own part of the
@@ -741,4 +752,183 @@ async fn toolhive_v0_44_undoes_its_own_restart_and_bouncer_evicts() {
         "toolhive {TOOLHIVE_REVERTING}: restart through the MCPServer reverted by {}; {}s: {reason}",
         owners[0], row["durationSeconds"]
     );
+}
+
+/// v0.44.0 with `onRevert: fail`: the revert of the vMCP's bounce is detected, the operator named
+/// (from managedFields) in the report and a BounceReverted Event, and the run halts before the
+/// next workload, a plain Deployment the same policy selects (less over its threshold, so it
+/// queues second), which is left untouched.
+#[tokio::test]
+async fn toolhive_v0_44_revert_with_on_revert_fail_halts_the_run() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "th-revert-fail").await;
+    let n = ns.name();
+    let (operator, pods) = vmcp(&client, n, TOOLHIVE_REVERTING).await;
+    set_pod_memory(n, &pods, "1600Mi");
+    let labels = [
+        ("app.kubernetes.io/name", "virtualmcpserver"),
+        ("app.kubernetes.io/instance", "plain"),
+    ];
+    let plain = bouncer_testkit::deployment("plain", 1, &labels).with_memory("1560Mi", "0");
+    or_log(create(&client, n, &plain).await.map(drop), &operator);
+    let ready = wait_rollout_complete(&client, Kind::Deployment, n, "plain", READY).await;
+    or_log(ready, &operator);
+    let plain_selector = "app.kubernetes.io/instance=plain";
+    let plain_ready = wait_pods_ready(&client, n, plain_selector, 1, READY).await;
+    let plain_ready = or_log(plain_ready, &operator);
+    wait_over(&client, n, &pods, 1536 * MI).await;
+    wait_over(&client, n, &plain_ready, 1536 * MI).await;
+    let extra =
+        "  triggers: {memory: {above: 1536Mi}}\n  cooldown: 1s\n  restart: {onRevert: fail}\n";
+    let selector = "{app.kubernetes.io/name: virtualmcpserver}";
+    let policies = Policies::new(&[("p.yaml", &policy("vmcp", n, selector, extra))]);
+    let plain_pods = pod_uids(&client, n, plain_selector).await;
+
+    let run = bouncer(&["run"], &policies, n).await;
+    assert_eq!(run.code, 1, "{}", report(&run));
+    assert_eq!(
+        run.queue(),
+        [
+            (VMCP.to_string(), "reverted".to_string()),
+            ("plain".to_string(), "notAttempted".to_string())
+        ],
+        "{}",
+        report(&run)
+    );
+    let owners = template_annotation_owners(&client, n, VMCP).await;
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    let row = run.row(VMCP);
+    for field in ["reason", "verification"] {
+        assert!(
+            row[field].as_str().unwrap().contains(owners[0].as_str()),
+            "{field} names the reverter {}: {row:#}",
+            owners[0]
+        );
+    }
+    assert_eq!(
+        restarted_at_of(&client, n, VMCP).await,
+        None,
+        "the revert stands"
+    );
+    let events = bouncer_events(&client, n, VMCP, "BounceReverted").await;
+    assert_eq!(events.len(), 1, "one BounceReverted Event");
+    assert!(
+        events[0]
+            .note
+            .as_deref()
+            .unwrap()
+            .contains(owners[0].as_str()),
+        "{:?}",
+        events[0].note
+    );
+    assert_eq!(
+        events[0].regarding.as_ref().unwrap().kind.as_deref(),
+        Some("Deployment")
+    );
+    assert_eq!(
+        restarted_at_of(&client, n, "plain").await,
+        None,
+        "plain was not patched"
+    );
+    assert_eq!(pod_uids(&client, n, plain_selector).await, plain_pods);
+}
+
+/// The eviction after v0.44.0's revert, under a PodDisruptionBudget that allows no disruption
+/// (the planner does not gate `onRevert: evict`, the Eviction API does): a 429 is retried until
+/// the bounce's timeout, then the bounce fails as refused (in time, whatever the client retries
+/// by itself); on the next run the budget is relaxed while bouncer retries, and the vMCP's pods
+/// go one at a time.
+#[tokio::test]
+async fn toolhive_v0_44_evictions_wait_for_the_disruption_budget_or_the_timeout() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "th-pdb").await;
+    let n = ns.name();
+    let (_operator, _) = vmcp(&client, n, TOOLHIVE_REVERTING).await;
+    let pdb = |min: i32| {
+        format!(
+            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {{name: vmcp, namespace: {n}}}\n\
+             spec: {{minAvailable: {min}, selector: {{matchLabels: {{app.kubernetes.io/instance: {VMCP}}}}}}}\n"
+        )
+    };
+    crate::harness::apply(&pdb(2));
+    let with_timeout = |t: &str| {
+        let extra = format!("{EVERY_MINUTE}  restart: {{onRevert: evict, timeout: {t}}}\n");
+        let selector = format!("{{app.kubernetes.io/instance: {VMCP}}}");
+        Policies::new(&[("p.yaml", &policy("vmcp", n, &selector, &extra))])
+    };
+    next_minute(Duration::from_secs(1)).await;
+    let before = pod_uids(&client, n, VMCP_PODS).await;
+    let mark = audit_mark().expect("this test reads the budget's answers from the audit log");
+
+    let started = std::time::Instant::now();
+    let blocked = bouncer(&["run"], &with_timeout("20s"), n).await;
+    let took = started.elapsed();
+    assert_eq!(blocked.code, 1, "{}", report(&blocked));
+    let row = blocked.row(VMCP);
+    assert_eq!(row["decision"], "failed", "{row:#}");
+    let reason = row["reason"].as_str().unwrap();
+    assert!(reason.contains("was refused until the timeout"), "{reason}");
+    // The client's own 429 retries (with a backoff of minutes) must not stretch the timeout.
+    assert!(
+        took < Duration::from_secs(75),
+        "a 20s bounce timeout took {took:?}"
+    );
+    assert_eq!(
+        bouncer_events(&client, n, VMCP, "BounceFailed").await.len(),
+        1
+    );
+    let answers = eviction_answers(mark, n);
+    assert!(
+        answers.len() > 1 && answers.iter().all(|(_, code)| *code == 429),
+        "{answers:?}"
+    );
+    assert_eq!(
+        pod_uids(&client, n, VMCP_PODS).await,
+        before,
+        "nothing was evicted"
+    );
+
+    // The failed bounce marked this fire as attempted (never repeated): the next fire is due.
+    next_minute(Duration::from_secs(1)).await;
+    let mark = audit_mark().unwrap();
+    let patient = with_timeout("3m");
+    let mut running = crate::harness::spawn_bouncer(&["run"], &patient, n, &[]);
+    // The audit log is a file: poll it until the budget has said no at least once.
+    let refused = async {
+        while !eviction_answers(mark, n)
+            .iter()
+            .any(|(_, code)| *code == 429)
+        {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    };
+    if tokio::time::timeout(READY, refused).await.is_err() {
+        running.start_kill().unwrap();
+        let run = crate::harness::finish(running).await;
+        panic!("no eviction was refused: {}", report(&run));
+    }
+    crate::harness::apply(&pdb(1));
+    let run = crate::harness::finish(running).await;
+    assert_eq!(run.code, 0, "{}", report(&run));
+    assert_eq!(
+        run.row(VMCP)["decision"],
+        "revertedEvicted",
+        "{}",
+        report(&run)
+    );
+    let after = wait_pods_ready(&client, n, VMCP_PODS, 2, READY)
+        .await
+        .unwrap();
+    assert!(
+        after
+            .iter()
+            .all(|p| !before.contains(p.metadata.uid.as_ref().unwrap())),
+        "every pod replaced"
+    );
+    let answers = eviction_answers(mark, n);
+    assert!(
+        answers.iter().all(|(_, code)| *code == 429 || *code < 300),
+        "{answers:?}"
+    );
+    assert_one_at_a_time(&evictions(mark, n), &after);
 }

@@ -10,12 +10,12 @@
 //!   report each pod's memory from a model set by its annotations ([`MEMORY_BASE`],
 //!   [`MEMORY_LEAK_PER_MINUTE`], [`MEMORY_CONTAINER`]), so a leak and its reset by a restart are
 //!   visible to bouncer exactly as on a real cluster; [`model_usage`] predicts the values.
-//! - [`RevertingOperator`], [`BarePodApp`]: the two awkward owners bouncer must cope with
-//!   (an operator that undoes template changes, and an app that recreates bare pods by name).
+//! - [`BarePodApp`]: an app that recreates bare pods by name (mcpd), which only eviction bounces.
 //! - [`workloads`]: builders for small, schedulable workloads and ToolHive-shaped ones.
 //! - [`rollout`]: kubectl's rollout-completion rules and watch-based waits for assertions.
 //! - [`toolhive`]: the real ToolHive operator (pinned releases, one process per test namespace)
-//!   and the resources it reconciles; `RevertingOperator` stays only for cases it cannot show.
+//!   and the resources it reconciles: the operator that reverts restartedAt (v0.44.0) and the
+//!   one that keeps it (v0.45.0).
 //! - [`monitoring`]: what a run notifies at its end, received for real: [`Receiver`] (an HTTP
 //!   server recording webhook requests, answering 200, 500 or never), and Debian's
 //!   [`Pushgateway`] and [`Prometheus`], one per test on free loopback ports, killed with it.
@@ -58,7 +58,7 @@ pub mod toolhive;
 pub mod workloads;
 
 pub use cluster::{Cluster, TestNs, client, cluster, kubectl, repo_root};
-pub use fixtures::{BarePodApp, RevertMode, RevertingOperator};
+pub use fixtures::BarePodApp;
 pub use metrics::{PodMemory, model_usage, parse_quantity, pod_memory, wait_pod_memory};
 pub use monitoring::{Answer, Prometheus, Pushgateway, Received, Receiver, Sample};
 pub use rollout::{
