@@ -555,7 +555,7 @@ impl Executor<'_> {
             .collect();
         pods.sort_by(|a, b| a.name.cmp(&b.name));
         let evicted = pods.len();
-        let selector = (w.target.kind != Kind::Pod).then(|| w.pod_selector.to_string());
+        let selector = (w.target.kind != Kind::Pod).then(|| w.pod_selector.clone());
         for pod in pods {
             tracing::info!(workload = %w.target, "evicting pod {} ({})", pod.name, evict::EVICTION_API);
             out.patched_at.get_or_insert_with(self.clock);

@@ -247,7 +247,12 @@ async fn observe(
     // Prometheus is read alongside the snapshot, at the same instant the plan is made for.
     let now = clock();
     let (inventory, prometheus) = futures::future::join(
-        snapshot::snapshot(client, metrics, &settings.namespaces),
+        snapshot::snapshot(
+            client,
+            metrics,
+            &settings.namespaces,
+            &policy::label_keys(policies),
+        ),
         cluster::prometheus::read(settings.prometheus.as_ref(), &needs, now),
     )
     .await;
@@ -301,6 +306,8 @@ async fn run_locked(
     } else {
         None
     };
+    // The pods and workloads are not needed past the plan: the report reuses their memory.
+    drop(inventory);
     let report = report::build(&plan, mode, outcomes.as_deref());
     let halted = outcomes.iter().flatten().any(|o| o.status.halts());
     let run = notify::Run {
@@ -310,15 +317,19 @@ async fn run_locked(
     };
     let sent = notify::deliver(&settings.notify, &report, run).await;
     let one_line = settings.log_format == LogFormat::Json;
-    print!(
-        "{}",
-        notify::render(&report, &sent, settings.output, one_line)
-    );
+    let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+    let printed = notify::write(&mut stdout, &report, &sent, settings.output, one_line)
+        .and_then(|()| std::io::Write::flush(&mut stdout));
+    drop(stdout);
+    if let Err(e) = printed {
+        eprintln!("bouncer: failed to write the report to standard output: {e}");
+    }
     if let Some(path) = &settings.report
-        && let Err(e) = std::fs::write(
-            path,
-            notify::render(&report, &sent, format_for(path), false),
-        )
+        && let Err(e) = std::fs::File::create(path).and_then(|f| {
+            let mut file = std::io::BufWriter::new(f);
+            notify::write(&mut file, &report, &sent, format_for(path), false)?;
+            std::io::Write::flush(&mut file)
+        })
     {
         eprintln!(
             "bouncer: failed to write the report to {}: {e}",

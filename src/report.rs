@@ -395,12 +395,38 @@ pub fn markdown(r: &Report) -> String {
 /// `one_line` prints JSON on a single line, so that in a cluster, where the report and the JSON
 /// log lines share one stream, every line of `kubectl logs` is one JSON object.
 pub fn render(r: &Report, format: Format, one_line: bool) -> String {
+    let mut out = Vec::new();
+    write(&mut out, r, format, one_line).expect("writing to memory");
+    String::from_utf8(out).expect("the report is UTF-8")
+}
+
+/// [`render`] straight into `w`: JSON is serialized as it is written, never held whole (at
+/// tens of thousands of rows, megabytes).
+pub fn write(
+    w: &mut impl std::io::Write,
+    r: &Report,
+    format: Format,
+    one_line: bool,
+) -> std::io::Result<()> {
     match format {
-        Format::Table => table(r),
-        Format::Markdown => markdown(r),
-        Format::Json if one_line => serde_json::to_string(r).expect("report serializes") + "\n",
-        Format::Json => serde_json::to_string_pretty(r).expect("report serializes") + "\n",
+        Format::Table => w.write_all(table(r).as_bytes()),
+        Format::Markdown => w.write_all(markdown(r).as_bytes()),
+        Format::Json => json_line(w, r, one_line),
     }
+}
+
+/// One JSON document and a newline.
+pub fn json_line(
+    w: &mut impl std::io::Write,
+    value: &impl Serialize,
+    one_line: bool,
+) -> std::io::Result<()> {
+    if one_line {
+        serde_json::to_writer(&mut *w, value)?;
+    } else {
+        serde_json::to_writer_pretty(&mut *w, value)?;
+    }
+    w.write_all(b"\n")
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::wire::{self, ObjectMeta, PodTemplateSpec};
 use crate::core::literals::{
-    MCP_SERVER_KIND, MIRROR_ANNOTATION, PROGRESS_DEADLINE_EXCEEDED, RESTARTED_AT,
-    SIDECAR_RESTART_POLICY, TOOLHIVE_GROUP, TOOLHIVE_RESTARTED_AT,
+    ANNOTATION_PREFIX, MCP_SERVER_KIND, MIRROR_ANNOTATION, PROGRESS_DEADLINE_EXCEEDED,
+    RESTARTED_AT, SIDECAR_RESTART_POLICY, TOOLHIVE_GROUP, TOOLHIVE_RESTARTED_AT,
 };
 use crate::core::mark::AttemptMark;
 use crate::core::model::{
@@ -75,6 +75,15 @@ fn toolhive(kind: Kind, meta: &ObjectMeta, template: &PodTemplateSpec) -> Toolhi
     }
 }
 
+/// bouncer's own annotations, the only ones the core reads.
+fn own(annotations: Option<BTreeMap<String, String>>) -> BTreeMap<String, String> {
+    annotations
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with(ANNOTATION_PREFIX))
+        .collect()
+}
+
 fn base(
     kind: Kind,
     meta: ObjectMeta,
@@ -89,13 +98,12 @@ fn base(
             namespace: meta.namespace.unwrap_or_default(),
             name: meta.name.unwrap_or_default(),
         },
-        labels: meta.labels.unwrap_or_default(),
-        template_labels: template.metadata.and_then(|m| m.labels).unwrap_or_default(),
-        pod_selector: self::selector(selector),
+        template_labels: Arc::new(template.metadata.and_then(|m| m.labels).unwrap_or_default()),
+        pod_selector: self::selector(selector).to_string(),
         attempt: AttemptMark::from_annotations(
             meta.annotations.as_ref().unwrap_or(&BTreeMap::new()),
         ),
-        annotations: meta.annotations.unwrap_or_default(),
+        annotations: own(meta.annotations),
         restarted_at,
         paused: false,
         strategy: UpdateStrategy::RollingUpdate,
@@ -304,12 +312,11 @@ pub fn bare(mut p: wire::Pod) -> Workload {
             namespace,
             name: sample.name.clone(),
         },
-        labels: (*sample.labels).clone(),
-        template_labels: (*sample.labels).clone(),
-        pod_selector: Selector::default(),
+        template_labels: Arc::clone(&sample.labels),
+        pod_selector: String::new(),
         mirror: annotations.contains_key(MIRROR_ANNOTATION),
         toolhive: Default::default(),
-        annotations,
+        annotations: own(Some(annotations)),
         // A bare pod's mark lives on the Lease (it must survive the pod); see Inventory.
         attempt: AttemptMark::None,
         restarted_at: None,
@@ -542,7 +549,7 @@ mod api_json_tests {
             "{d}"
         );
         assert!(
-            deployment.pod_selector.to_string() == "app=web,tier notin (canary)"
+            deployment.pod_selector == "app=web,tier notin (canary)"
                 && d.contains("restarted_at: Some(2024-05-01T10:00:00Z)"),
             "{d}"
         );

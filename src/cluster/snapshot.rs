@@ -73,10 +73,28 @@ struct Pods {
     owned: BTreeMap<OwnerKey, Vec<PodSample>>,
     bare: Vec<Workload>,
     usage: Usage,
+    /// The label keys kept (the policies' and the PodDisruptionBudgets'); None keeps all.
+    keep: Option<BTreeSet<String>>,
+}
+
+/// Only the labels whose keys are in `keep`: a pod's other labels (most of them, and at one
+/// map per StatefulSet pod most of a large cluster's memory) decide nothing.
+fn retain(labels: &mut Option<BTreeMap<String, String>>, keep: &BTreeSet<String>) {
+    if let Some(l) = labels
+        && l.keys().any(|k| !keep.contains(k))
+    {
+        *l = std::mem::take(l)
+            .into_iter()
+            .filter(|(k, _)| keep.contains(k))
+            .collect();
+    }
 }
 
 impl Pods {
     fn pod(&mut self, mut p: wire::Pod) {
+        if let Some(keep) = &self.keep {
+            retain(&mut p.metadata.labels, keep);
+        }
         let mut owners = p.metadata.owner_references.take().unwrap_or_default();
         let controller = owners.iter().position(|o| o.controller == Some(true));
         let namespace = p.metadata.namespace.take().unwrap_or_default();
@@ -169,7 +187,7 @@ async fn list<W, T>(
     client: &Client,
     scope: &[String],
     url: impl Fn(Option<&str>) -> String,
-    f: impl Fn(W) -> T,
+    mut f: impl FnMut(W) -> T,
 ) -> Result<Vec<T>, kube::Error>
 where
     W: DeserializeOwned,
@@ -215,18 +233,37 @@ async fn controllers(
     client: &Client,
     scope: &[String],
     kind: Kind,
+    keep: &BTreeSet<String>,
 ) -> Result<Vec<Workload>, kube::Error> {
     let url = |ns: Option<&str>| kinds::collection(kind, ns);
-    list(client, scope, url, |c| convert::controller(kind, c)).await
+    // Workloads whose kept template labels are the same share one map.
+    let mut shared: BTreeSet<Arc<BTreeMap<String, String>>> = BTreeSet::new();
+    list(client, scope, url, |mut c: wire::Controller| {
+        if let Some(t) = c.spec.as_mut().and_then(|s| s.template.metadata.as_mut()) {
+            retain(&mut t.labels, keep);
+        }
+        let mut w = convert::controller(kind, c);
+        match shared.get(&*w.template_labels) {
+            Some(same) => w.template_labels = Arc::clone(same),
+            None => {
+                shared.insert(Arc::clone(&w.template_labels));
+            }
+        }
+        w
+    })
+    .await
 }
 
 /// Takes the snapshot. Metrics are optional (their failure is recorded, not fatal); every other
 /// read failing fails the snapshot, because a partial inventory could hide a reason to skip.
 /// `metrics_client` is the one for metrics.k8s.io (it does not retry: see `cluster::connect`).
+/// Pods and pod templates keep only the labels in `label_keys` (`policy::label_keys`) and,
+/// on pods, those the PodDisruptionBudgets select by.
 pub async fn snapshot(
     client: &Client,
     metrics_client: &Client,
     scope: &[String],
+    label_keys: &BTreeSet<String>,
 ) -> Result<Inventory, ClusterError> {
     let wrap = |what: &'static str| move |source| ClusterError::List { what, source };
     let namespaces = async {
@@ -248,61 +285,74 @@ pub async fn snapshot(
             Err(e) => MetricsState::Unavailable(metrics_failure(&e)),
         }
     };
-    let (listed, rs, deployments, statefulsets, daemonsets, pdbs, excluded, metrics) = futures::join!(
-        async {
-            let url = |ns: Option<&str>| kinds::collection(Kind::Pod, ns);
-            each(client, scope, url, |p| lock(&pods).pod(p))
-                .await
-                .map_err(wrap("pods"))
-        },
+    // The budgets first (one small LIST): their selectors' keys are kept on the pods.
+    let pdbs_then_pods = async {
+        let url = |ns: Option<&str>| PodDisruptionBudget::url_path(&(), ns);
+        let pdbs = list(
+            client,
+            scope,
+            url,
+            <Pdb as From<wire::PodDisruptionBudget>>::from,
+        )
+        .await
+        .map_err(wrap("poddisruptionbudgets"))?;
+        let mut keep = label_keys.clone();
+        keep.extend(
+            pdbs.iter()
+                .flat_map(|p| p.selector.keys().map(str::to_string)),
+        );
+        lock(&pods).keep = Some(keep);
+        let url = |ns: Option<&str>| kinds::collection(Kind::Pod, ns);
+        each(client, scope, url, |p| lock(&pods).pod(p))
+            .await
+            .map_err(wrap("pods"))?;
+        Ok::<_, ClusterError>(pdbs)
+    };
+    let (pdbs, rs, deployments, statefulsets, daemonsets, excluded, metrics) = futures::join!(
+        pdbs_then_pods,
         async {
             list(client, scope, kinds::replicasets, rs_owner)
                 .await
                 .map_err(wrap("replicasets"))
         },
         async {
-            controllers(client, scope, Kind::Deployment)
+            controllers(client, scope, Kind::Deployment, label_keys)
                 .await
                 .map_err(wrap("deployments"))
         },
         async {
-            controllers(client, scope, Kind::StatefulSet)
+            controllers(client, scope, Kind::StatefulSet, label_keys)
                 .await
                 .map_err(wrap("statefulsets"))
         },
         async {
-            controllers(client, scope, Kind::DaemonSet)
+            controllers(client, scope, Kind::DaemonSet, label_keys)
                 .await
                 .map_err(wrap("daemonsets"))
-        },
-        async {
-            let url = |ns: Option<&str>| PodDisruptionBudget::url_path(&(), ns);
-            list(
-                client,
-                scope,
-                url,
-                <Pdb as From<wire::PodDisruptionBudget>>::from,
-            )
-            .await
-            .map_err(wrap("poddisruptionbudgets"))
         },
         namespaces,
         metrics,
     );
-    listed?;
+    let pdbs = pdbs?;
     let mut pods = pods.into_inner().unwrap_or_else(PoisonError::into_inner);
     if metrics != MetricsState::Available {
         pods.forget_metrics();
     }
-    let mut workloads: Vec<Workload> = deployments?;
-    workloads.extend(statefulsets?);
-    workloads.extend(daemonsets?);
+    let (deployments, statefulsets, daemonsets) = (deployments?, statefulsets?, daemonsets?);
+    // Sized once: a Workload is a few hundred bytes, and doubling would leave room for
+    // thousands more.
+    let mut workloads = Vec::with_capacity(
+        deployments.len() + statefulsets.len() + daemonsets.len() + pods.bare.len(),
+    );
+    workloads.extend(deployments);
+    workloads.extend(statefulsets);
+    workloads.extend(daemonsets);
     let (workloads, unsupported) = group(pods, rs?.into_iter().collect(), workloads);
     Ok(Inventory {
         workloads,
         unsupported,
         excluded_namespaces: excluded?,
-        pdbs: pdbs?,
+        pdbs,
         metrics,
     })
 }
@@ -318,6 +368,7 @@ fn group(
         owned,
         mut bare,
         mut usage,
+        ..
     } = pods;
     let index: BTreeMap<WorkloadRef, usize> = workloads
         .iter()
@@ -326,6 +377,8 @@ fn group(
         .collect();
     let mut unsupported = Vec::new();
     for ((namespace, owner_kind, owner), mut samples) in owned {
+        // Pushed one by one, a ReplicaSet's five pods sit in room for eight.
+        samples.shrink_to_fit();
         for sample in &mut samples {
             if let Some(containers) = usage.take(&namespace, &sample.name) {
                 with_usage(sample, &containers);
@@ -389,7 +442,7 @@ pub async fn read_workload(client: &Client, target: &WorkloadRef) -> Result<Work
     if target.kind == Kind::Pod {
         return Ok(w);
     }
-    let selected = ListParams::default().labels(&w.pod_selector.to_string());
+    let selected = ListParams::default().labels(&w.pod_selector);
     let mut listed: Vec<wire::Pod> = Vec::new();
     let url = kinds::collection(Kind::Pod, Some(ns));
     pages(client, &url, &selected, |p| listed.push(p)).await?;
@@ -519,6 +572,33 @@ mod tests {
             ),
             ("job-x", "job")
         );
+    }
+
+    /// Pods keep only the labels a policy or a budget reads: a StatefulSet's pods then share
+    /// one label map too, since only the labels that name each pod differed.
+    #[test]
+    fn pods_keep_only_the_labels_that_decide_something() {
+        let mut pods = Pods {
+            keep: Some(BTreeSet::from(["app".to_string(), "tier".to_string()])),
+            ..Pods::default()
+        };
+        for (name, index) in [("db-0", "0"), ("db-1", "1")] {
+            let labels = json!({"app": "db", "tier": "data", "pod-name": name,
+                                "apps.kubernetes.io/pod-index": index});
+            pods.pod(pod(name, ("StatefulSet", "db"), labels));
+        }
+        let (workloads, _) = group(
+            pods,
+            BTreeMap::new(),
+            vec![workload(Kind::StatefulSet, "db")],
+        );
+        let db = &workloads[0];
+        let want = BTreeMap::from([
+            ("app".to_string(), "db".to_string()),
+            ("tier".to_string(), "data".to_string()),
+        ]);
+        assert_eq!(*db.pods[0].labels, want);
+        assert!(Arc::ptr_eq(&db.pods[0].labels, &db.pods[1].labels));
     }
 
     /// A metrics LIST that fails part way leaves no pod with metrics.

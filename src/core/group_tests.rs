@@ -3,6 +3,7 @@
 use super::tests::{OLD, deployment, inventory, names, over, pod, policy, reason_of, run, t};
 use super::*;
 use crate::core::group::Group;
+use std::sync::Arc;
 
 /// A workload of MCP server `server` (its pod template labelled `toolhive-name: server`), one
 /// pod using `usage` MiB.
@@ -14,8 +15,7 @@ fn member(kind: Kind, ns: &str, name: &str, server: &str, usage: u64) -> Workloa
         vec![pod(&format!("{name}-0"), "x", OLD, Some(usage))],
     );
     w.target.kind = kind;
-    w.template_labels
-        .insert("toolhive-name".into(), server.into());
+    Arc::make_mut(&mut w.template_labels).insert("toolhive-name".into(), server.into());
     w
 }
 
@@ -144,7 +144,7 @@ fn groups_are_per_namespace_and_value_and_counted_once_for_the_global_cap() {
 #[test]
 fn no_due_member_means_plain_skips_and_an_unlabelled_workload_is_alone() {
     let mut loner = member(Kind::Deployment, "mcp", "other", "x", 900);
-    loner.template_labels.remove("toolhive-name");
+    Arc::make_mut(&mut loner.template_labels).remove("toolhive-name");
     let inv = inventory(vec![
         member(Kind::Deployment, "mcp", "fetch", "fetch", 100),
         member(Kind::StatefulSet, "mcp", "fetch", "fetch", 100),

@@ -11,6 +11,11 @@ pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
 pub fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
+/// The pod label the StatefulSet controller sets to the revision a pod was created from.
+pub const REVISION_LABEL: &str = "controller-revision-hash";
+/// bouncer's own annotations (opt-out, overrides, attempt mark) share this prefix: a workload's
+/// other annotations are not kept.
+pub const ANNOTATION_PREFIX: &str = "bouncer.dev/";
 /// Opt-out on a workload or a namespace.
 pub const EXCLUDE_ANNOTATION: &str = "bouncer.dev/exclude";
 /// Per-workload overrides of its policies' memory threshold and cooldown (metadata annotations).

@@ -144,12 +144,15 @@ impl StsRollingUpdate {
 #[derive(Debug, Clone)]
 pub struct Workload {
     pub target: WorkloadRef,
-    pub labels: BTreeMap<String, String>,
     /// Labels every pod of the workload gets (the pod template's; a bare pod's own).
-    pub template_labels: BTreeMap<String, String>,
-    /// The controller's pod selector, used to re-list its pods before acting.
-    pub pod_selector: crate::core::selector::Selector,
-    /// The workload's own metadata annotations (bouncer.dev/exclude lives here).
+    /// Shared with the workloads (and, for a bare pod, the pod) whose template labels are the
+    /// same, as most are once only the labels the policies read are kept.
+    pub template_labels: Arc<BTreeMap<String, String>>,
+    /// The controller's pod selector in `kubectl -l` form: the fresh read before acting lists
+    /// its pods with it (a string: one map per workload was a fifth of a large plan's memory).
+    pub pod_selector: String,
+    /// bouncer's own annotations on the workload's metadata (`bouncer.dev/...`: opt-out,
+    /// overrides, attempt mark); no other annotation is kept.
     pub annotations: BTreeMap<String, String>,
     /// bouncer's mark of its last attempt (metadata annotation; for bare pods, from the Lease).
     pub attempt: AttemptMark,

@@ -92,12 +92,8 @@ pub(crate) fn deployment(ns: &str, name: &str, app: &str, pods: Vec<PodSample>) 
             namespace: ns.into(),
             name: name.into(),
         },
-        labels: BTreeMap::new(),
-        template_labels: labels(&[("app", app)]),
-        pod_selector: Selector {
-            match_labels: labels(&[("app", app)]),
-            ..Default::default()
-        },
+        template_labels: labels(&[("app", app)]).into(),
+        pod_selector: format!("app={app}"),
         annotations: BTreeMap::new(),
         attempt: Default::default(),
         restarted_at: None,

@@ -39,6 +39,14 @@ impl Selector {
         self.match_labels.is_empty() && self.match_expressions.is_empty()
     }
 
+    /// The label keys it reads: a pod's other labels cannot change whether it matches.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.match_labels
+            .keys()
+            .chain(self.match_expressions.iter().map(|r| &r.key))
+            .map(String::as_str)
+    }
+
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.match_labels
             .iter()

@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 
-use super::literals::{BUILTIN_MANAGERS, FIELD_MANAGER, TOOLHIVE_RESTARTED_AT, rfc3339};
+use super::literals::{
+    BUILTIN_MANAGERS, FIELD_MANAGER, REVISION_LABEL, TOOLHIVE_RESTARTED_AT, rfc3339,
+};
 use super::model::{Kind, Method, Workload};
 
 /// One managedFields entry of a workload, as the revert rule reads it.
@@ -27,9 +29,6 @@ pub enum Verdict {
     /// Annotation intact, but `old` pods are from before the bounce, or some are not ready.
     Incomplete { old: usize, detail: String },
 }
-
-/// The pod label the StatefulSet controller sets to the revision a pod was created from.
-const REVISION_LABEL: &str = "controller-revision-hash";
 
 /// Pure check of a fresh read against what the bounce wrote. A pod is new by identity: its UID
 /// did not exist before the patch (and a StatefulSet's pod is at the update revision), never by
@@ -169,7 +168,6 @@ mod tests {
                 namespace: "ns".into(),
                 name: "web".into(),
             },
-            labels: Default::default(),
             template_labels: Default::default(),
             pod_selector: Default::default(),
             annotations: Default::default(),

@@ -394,26 +394,34 @@ struct WithNotifications<'a> {
 /// list in JSON, a last line in the table and Markdown. Without notification targets it is
 /// exactly `report::render`.
 pub fn render(report: &Report, deliveries: &[Delivery], format: Format, one_line: bool) -> String {
+    let mut out = Vec::new();
+    write(&mut out, report, deliveries, format, one_line).expect("writing to memory");
+    String::from_utf8(out).expect("the report is UTF-8")
+}
+
+/// [`render`] straight into `w` (stdout, the report file), JSON serialized as it is written.
+pub fn write(
+    w: &mut impl std::io::Write,
+    report: &Report,
+    deliveries: &[Delivery],
+    format: Format,
+    one_line: bool,
+) -> std::io::Result<()> {
     let Some(line) = summary_line(deliveries) else {
-        return crate::report::render(report, format, one_line);
+        return crate::report::write(w, report, format, one_line);
     };
-    let with = WithNotifications {
-        report,
-        notifications: deliveries,
-    };
-    match format {
-        Format::Json if one_line => serde_json::to_string(&with).expect("report serializes") + "\n",
-        Format::Json => serde_json::to_string_pretty(&with).expect("report serializes") + "\n",
-        Format::Table | Format::Markdown => {
-            let mut out = crate::report::render(report, format, one_line);
-            if format == Format::Markdown {
-                out.push('\n');
-            }
-            out.push_str(&line);
-            out.push('\n');
-            out
-        }
+    if format == Format::Json {
+        let with = WithNotifications {
+            report,
+            notifications: deliveries,
+        };
+        return crate::report::json_line(w, &with, one_line);
     }
+    crate::report::write(w, report, format, one_line)?;
+    if format == Format::Markdown {
+        w.write_all(b"\n")?;
+    }
+    writeln!(w, "{line}")
 }
 
 #[cfg(test)]

@@ -139,6 +139,19 @@ pub enum OnRevert {
     Evict,
 }
 
+/// The pod and pod-template label keys the policies read (their selectors and `groupBy`), plus
+/// the StatefulSet revision label the verification reads: the snapshot keeps no other label,
+/// which is most of a large cluster's memory.
+pub fn label_keys(policies: &[Policy]) -> std::collections::BTreeSet<String> {
+    let mut keys: std::collections::BTreeSet<String> = policies
+        .iter()
+        .flat_map(|p| p.selector.keys().chain(p.group_by.as_deref()))
+        .map(str::to_string)
+        .collect();
+    keys.insert(crate::core::literals::REVISION_LABEL.to_string());
+    keys
+}
+
 impl OnRevert {
     /// As the policy file spells it.
     pub fn as_str(self) -> &'static str {
@@ -161,4 +174,33 @@ pub(crate) fn example_document() -> serde_json::Value {
             "triggers": {"schedule": {"cron": "0 3 * * *"}, "memory": {"above": "1Gi"}},
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_keys_are_what_selectors_and_group_by_read() {
+        let doc = serde_json::json!({
+            "apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "mcp"},
+            "spec": {
+                "target": {"groupBy": "toolhive-name", "selector": {
+                    "matchLabels": {"toolhive": "true"},
+                    "matchExpressions": [{"key": "tier", "operator": "Exists"}]}},
+                "triggers": {"schedule": {"cron": "0 3 * * *"}},
+            },
+        });
+        let policies = parse_str("p.yaml", &doc.to_string()).unwrap();
+        let keys: Vec<String> = label_keys(&policies).into_iter().collect();
+        assert_eq!(
+            keys,
+            [
+                "controller-revision-hash",
+                "tier",
+                "toolhive",
+                "toolhive-name"
+            ]
+        );
+    }
 }
