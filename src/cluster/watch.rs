@@ -222,38 +222,13 @@ pub async fn wait(
         target,
         last: String::from("no status observed yet"),
     };
-    let url = kinds::collection(target.kind, Some(&target.namespace));
-    let filter = Filter {
-        fields: Some(format!("metadata.name={}", target.name)),
-        ..Default::default()
-    };
-    let deleted = || {
-        Err(WaitError::Deleted {
-            target: target.clone(),
-        })
-    };
     let waiting = async {
         if let Some(done) = progress.observe(start.workload) {
             return done;
         }
-        let from = Some(start.resource_version.to_string()).filter(|v| !v.is_empty() && v != "0");
-        follow(
-            client,
-            &url,
-            &filter,
-            from,
-            |seen: Seen<wire::Controller>| {
-                let c = match seen {
-                    Seen::Listed(mut items) => match items.pop() {
-                        Some(c) => c,
-                        None => return Some(deleted()),
-                    },
-                    Seen::Applied(c) => c,
-                    Seen::Deleted(_) => return Some(deleted()),
-                };
-                progress.observe(&super::convert::controller(target.kind, c))
-            },
-        )
+        follow_one(client, target, start.resource_version, |w, _| {
+            progress.observe(&w)
+        })
         .await
     };
     let result = tokio::time::timeout_at(deadline, waiting).await;
@@ -279,39 +254,9 @@ pub async fn wait_rolled(
     by: &str,
     mut rolled: impl FnMut(&Workload) -> bool,
 ) -> Result<(Workload, String), WaitError> {
-    let url = kinds::collection(target.kind, Some(&target.namespace));
-    let filter = Filter {
-        fields: Some(format!("metadata.name={}", target.name)),
-        ..Default::default()
-    };
-    let from = Some(start.resource_version.to_string()).filter(|v| !v.is_empty() && v != "0");
-    let waiting = follow(
-        client,
-        &url,
-        &filter,
-        from,
-        |seen: Seen<wire::Controller>| {
-            let c = match seen {
-                Seen::Listed(mut items) => match items.pop() {
-                    Some(c) => c,
-                    None => {
-                        return Some(Err(WaitError::Deleted {
-                            target: target.clone(),
-                        }));
-                    }
-                },
-                Seen::Applied(c) => c,
-                Seen::Deleted(_) => {
-                    return Some(Err(WaitError::Deleted {
-                        target: target.clone(),
-                    }));
-                }
-            };
-            let version = c.metadata.resource_version.clone().unwrap_or_default();
-            let w = super::convert::controller(target.kind, c);
-            rolled(&w).then_some(Ok((w, version)))
-        },
-    );
+    let waiting = follow_one(client, target, start.resource_version, |w, version| {
+        rolled(&w).then_some(Ok((w, version)))
+    });
     match tokio::time::timeout_at(deadline, waiting).await {
         Ok(r) => r,
         Err(_) => Err(WaitError::NotRolled {
@@ -320,4 +265,44 @@ pub async fn wait_rolled(
             by: by.to_string(),
         }),
     }
+}
+
+/// Follows one controller by name from `version` (a LIST when there is none), handing each
+/// state and its resourceVersion to `on` until it answers; the workload's deletion ends it.
+async fn follow_one<R>(
+    client: &Client,
+    target: &WorkloadRef,
+    version: &str,
+    mut on: impl FnMut(Workload, String) -> Option<Result<R, WaitError>>,
+) -> Result<R, WaitError> {
+    let url = kinds::collection(target.kind, Some(&target.namespace));
+    let filter = Filter {
+        fields: Some(format!("metadata.name={}", target.name)),
+        ..Default::default()
+    };
+    let from = Some(version.to_string()).filter(|v| !v.is_empty() && v != "0");
+    let deleted = || {
+        Some(Err(WaitError::Deleted {
+            target: target.clone(),
+        }))
+    };
+    follow(
+        client,
+        &url,
+        &filter,
+        from,
+        |seen: Seen<wire::Controller>| {
+            let c = match seen {
+                Seen::Listed(mut items) => match items.pop() {
+                    Some(c) => c,
+                    None => return deleted(),
+                },
+                Seen::Applied(c) => c,
+                Seen::Deleted(_) => return deleted(),
+            };
+            let version = c.metadata.resource_version.clone().unwrap_or_default();
+            on(super::convert::controller(target.kind, c), version)
+        },
+    )
+    .await
 }
