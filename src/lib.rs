@@ -131,17 +131,17 @@ async fn explain(settings: &Settings, target: &str) -> ExitStatus {
         }
     };
     let lease_ns = (settings.lease_namespace.clone()).unwrap_or(clients.namespace.clone());
-    let bare_marks = if policies.iter().any(|p| p.kinds.contains(&model::Kind::Pod)) {
-        lock::read_bare_marks(&clients.api, &lease_ns, &settings.lease_name).await
-    } else {
-        Ok(mark::BareMarks::new())
-    };
+    let bare_marks = bare_marks(&policies, &clients.api, &lease_ns, &settings.lease_name);
     let clients_pair = (&clients.api, &clients.metrics);
-    let (inventory, prometheus, now) =
-        match observe(settings, clients_pair, &policies, &bare_marks).await {
-            Ok(seen) => seen,
-            Err(status) => return status,
-        };
+    let Observed {
+        inventory,
+        prometheus,
+        now,
+        ..
+    } = match observe(settings, clients_pair, &policies, bare_marks).await {
+        Ok(seen) => seen,
+        Err(status) => return status,
+    };
     let limits = plan::Limits {
         max_bounces: settings.max_bounces,
     };
@@ -212,13 +212,8 @@ async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus
         }
     }
 
-    // Bare pods' attempt marks live on the Lease; read after taking it, so they are current, and
-    // only when a policy may bounce bare pods (a plan is otherwise LISTs only).
-    let bare_marks = if policies.iter().any(|p| p.kinds.contains(&model::Kind::Pod)) {
-        lock::read_bare_marks(&client, &lease_ns, &settings.lease_name).await
-    } else {
-        Ok(mark::BareMarks::new())
-    };
+    // Read after taking the Lease, so they are current.
+    let bare_marks = bare_marks(&policies, &client, &lease_ns, &settings.lease_name);
     let status = run_locked(
         settings,
         mode,
@@ -236,17 +231,41 @@ async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus
     status
 }
 
-/// The cluster snapshot and, where a policy needs it, Prometheus, read together at `now`.
+/// Bare pods' attempt marks, from the run Lease, only when a policy may bounce bare pods (a plan
+/// is otherwise LISTs only). Awaited alongside the snapshot: one round trip less before the
+/// LISTs start.
+async fn bare_marks(
+    policies: &[policy::Policy],
+    client: &Client,
+    lease_ns: &str,
+    lease_name: &str,
+) -> Result<mark::BareMarks, String> {
+    if policies.iter().any(|p| p.kinds.contains(&model::Kind::Pod)) {
+        lock::read_bare_marks(client, lease_ns, lease_name).await
+    } else {
+        Ok(mark::BareMarks::new())
+    }
+}
+
+/// What a run decides from: the cluster snapshot with bare pods' attempt marks and, where a
+/// policy needs it, Prometheus, read together at `now`.
+struct Observed {
+    inventory: model::Inventory,
+    prometheus: core::history::Prometheus,
+    bare_marks: Result<mark::BareMarks, String>,
+    now: DateTime<Utc>,
+}
+
 async fn observe(
     settings: &Settings,
     (client, metrics): (&Client, &Client),
     policies: &[policy::Policy],
-    bare_marks: &Result<mark::BareMarks, String>,
-) -> Result<(model::Inventory, core::history::Prometheus, DateTime<Utc>), ExitStatus> {
+    bare_marks: impl std::future::Future<Output = Result<mark::BareMarks, String>>,
+) -> Result<Observed, ExitStatus> {
     let needs = core::history::needs(policies, &settings.namespaces);
     // Prometheus is read alongside the snapshot, at the same instant the plan is made for.
     let now = clock();
-    let (inventory, prometheus) = futures::future::join(
+    let (inventory, prometheus, bare_marks) = futures::future::join3(
         snapshot::snapshot(
             client,
             metrics,
@@ -254,10 +273,16 @@ async fn observe(
             &policy::label_keys(policies),
         ),
         cluster::prometheus::read(settings.prometheus.as_ref(), &needs, now),
+        bare_marks,
     )
     .await;
     match inventory {
-        Ok(i) => Ok((i.with_bare_marks(bare_marks), prometheus, now)),
+        Ok(i) => Ok(Observed {
+            inventory: i.with_bare_marks(&bare_marks),
+            prometheus,
+            bare_marks,
+            now,
+        }),
         Err(e) => {
             eprintln!("bouncer: {e}");
             Err(ExitStatus::Cluster)
@@ -271,15 +296,22 @@ async fn run_locked(
     client: &Client,
     metrics: &Client,
     policies: &[policy::Policy],
-    (lease, bare_marks): (Option<&lock::LeaseGuard>, Result<mark::BareMarks, String>),
+    (lease, bare_marks): (
+        Option<&lock::LeaseGuard>,
+        impl std::future::Future<Output = Result<mark::BareMarks, String>>,
+    ),
     stop: watch::Receiver<Stop>,
 ) -> ExitStatus {
     let started = std::time::Instant::now();
-    let (inventory, prometheus, now) =
-        match observe(settings, (client, metrics), policies, &bare_marks).await {
-            Ok(seen) => seen,
-            Err(status) => return status,
-        };
+    let Observed {
+        inventory,
+        prometheus,
+        bare_marks,
+        now,
+    } = match observe(settings, (client, metrics), policies, bare_marks).await {
+        Ok(seen) => seen,
+        Err(status) => return status,
+    };
     let plan = plan::plan_with(
         policies,
         &inventory,

@@ -2,7 +2,7 @@
 //! as its closing brace is in, so a page (megabytes of JSON) never sits in memory whole; only the
 //! item being received does. `pages` reads every page of one LIST that way.
 
-use futures::AsyncBufReadExt;
+use futures::{AsyncBufRead, AsyncBufReadExt};
 use kube::Client;
 use kube::api::ListParams;
 use serde::de::{DeserializeOwned, Error as _};
@@ -218,32 +218,60 @@ pub async fn pages<W>(
     client: &Client,
     url: &str,
     params: &ListParams,
+    item: impl FnMut(W),
+) -> Result<Option<String>, kube::Error>
+where
+    W: DeserializeOwned,
+{
+    let first = first_page(client, url, params).await?;
+    pages_from(client, url, params, first, item).await
+}
+
+/// The first page of a LIST, requested and answered but not yet read, so that the request can be
+/// in flight while something its reading depends on is still being fetched.
+pub async fn first_page(
+    client: &Client,
+    url: &str,
+    params: &ListParams,
+) -> Result<impl AsyncBufRead + use<>, kube::Error> {
+    client.request_stream(page(url, params)?).await
+}
+
+/// [`pages`], from a first page already opened by [`first_page`] with the same `url` and `params`.
+pub async fn pages_from<W>(
+    client: &Client,
+    url: &str,
+    params: &ListParams,
+    first: impl AsyncBufRead,
     mut item: impl FnMut(W),
 ) -> Result<Option<String>, kube::Error>
 where
     W: DeserializeOwned,
 {
-    let mut params = params.clone().limit(PAGE);
+    let mut meta = read_list(first, &mut item).await?;
+    let mut params = params.clone();
     loop {
-        let request = kube::core::Request::new(url)
-            .list(&params)
-            .map_err(kube::Error::BuildRequest)?;
-        let page = read_list(client, request, &mut item).await?;
-        match page.continue_.filter(|c| !c.is_empty()) {
+        match meta.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
-            None => return Ok(page.resource_version),
+            None => return Ok(meta.resource_version),
         }
+        let body = client.request_stream(page(url, &params)?).await?;
+        meta = read_list(body, &mut item).await?;
     }
+}
+
+fn page(url: &str, params: &ListParams) -> Result<http::Request<Vec<u8>>, kube::Error> {
+    kube::core::Request::new(url)
+        .list(&params.clone().limit(PAGE))
+        .map_err(kube::Error::BuildRequest)
 }
 
 /// One LIST response, split into items as its bytes arrive, so that memory holds one object at a
 /// time rather than a page (API errors arrive as `kube::Error::Api`, as with `Api::list`).
 async fn read_list<W: DeserializeOwned>(
-    client: &Client,
-    request: http::Request<Vec<u8>>,
+    body: impl AsyncBufRead,
     mut item: impl FnMut(W),
 ) -> Result<ListMeta, kube::Error> {
-    let body = client.request_stream(request).await?;
     let mut body = std::pin::pin!(body);
     let mut splitter = ListSplitter::default();
     loop {
@@ -258,7 +286,7 @@ async fn read_list<W: DeserializeOwned>(
         splitter
             .feed(chunk, &mut item)
             .map_err(kube::Error::SerdeError)?;
-        body.consume_unpin(len);
+        body.as_mut().consume(len);
     }
     splitter.finish().map_err(kube::Error::SerdeError)
 }

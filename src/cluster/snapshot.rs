@@ -12,7 +12,7 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::error::ClusterError;
-use super::list::pages;
+use super::list::{first_page, pages, pages_from};
 use super::{convert, kinds, wire};
 use crate::core::literals::EXCLUDE_ANNOTATION;
 use crate::core::model::{
@@ -171,15 +171,19 @@ async fn each<W>(
 where
     W: DeserializeOwned,
 {
-    let urls: Vec<String> = if scope.is_empty() {
-        vec![url(None)]
-    } else {
-        scope.iter().map(|ns| url(Some(ns))).collect()
-    };
-    for url in urls {
+    for url in urls(scope, url) {
         pages(client, &url, &ListParams::default(), &mut item).await?;
     }
     Ok(())
+}
+
+/// A collection's URL in every namespace, or one per namespace of `scope`.
+fn urls(scope: &[String], url: impl Fn(Option<&str>) -> String) -> Vec<String> {
+    if scope.is_empty() {
+        vec![url(None)]
+    } else {
+        scope.iter().map(|ns| url(Some(ns))).collect()
+    }
 }
 
 /// [`each`], each object converted by `f` and kept.
@@ -285,27 +289,39 @@ pub async fn snapshot(
             Err(e) => MetricsState::Unavailable(metrics_failure(&e)),
         }
     };
-    // The budgets first (one small LIST): their selectors' keys are kept on the pods.
+    // The budgets' selectors name label keys kept on the pods, so the pods are read only once
+    // the budgets are in; the first pods page is requested alongside them all the same, so
+    // the small LIST adds no round trip before the largest one.
     let pdbs_then_pods = async {
-        let url = |ns: Option<&str>| PodDisruptionBudget::url_path(&(), ns);
-        let pdbs = list(
-            client,
-            scope,
-            url,
-            <Pdb as From<wire::PodDisruptionBudget>>::from,
-        )
-        .await
-        .map_err(wrap("poddisruptionbudgets"))?;
+        let pdb_url = |ns: Option<&str>| PodDisruptionBudget::url_path(&(), ns);
+        let pod_urls = urls(scope, |ns| kinds::collection(Kind::Pod, ns));
+        let params = ListParams::default();
+        let (pdbs, first) = futures::join!(
+            list(
+                client,
+                scope,
+                pdb_url,
+                <Pdb as From<wire::PodDisruptionBudget>>::from,
+            ),
+            first_page(client, &pod_urls[0], &params),
+        );
+        let pdbs = pdbs.map_err(wrap("poddisruptionbudgets"))?;
         let mut keep = label_keys.clone();
         keep.extend(
             pdbs.iter()
                 .flat_map(|p| p.selector.keys().map(str::to_string)),
         );
         lock(&pods).keep = Some(keep);
-        let url = |ns: Option<&str>| kinds::collection(Kind::Pod, ns);
-        each(client, scope, url, |p| lock(&pods).pod(p))
+        let mut item = |p| lock(&pods).pod(p);
+        let first = first.map_err(wrap("pods"))?;
+        pages_from(client, &pod_urls[0], &params, first, &mut item)
             .await
             .map_err(wrap("pods"))?;
+        for url in &pod_urls[1..] {
+            pages(client, url, &params, &mut item)
+                .await
+                .map_err(wrap("pods"))?;
+        }
         Ok::<_, ClusterError>(pdbs)
     };
     let (pdbs, rs, deployments, statefulsets, daemonsets, excluded, metrics) = futures::join!(
