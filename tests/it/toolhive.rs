@@ -157,6 +157,31 @@ async fn template_annotation_owners(client: &Client, ns: &str, name: &str) -> Ve
     owners
 }
 
+/// The one operator that reverted `name`'s restart, read from managedFields (never assumed), after
+/// checking that bouncer's one BounceReverted Event names it; with that Event.
+async fn reverter(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> (String, k8s_openapi::api::events::v1::Event) {
+    let owners = template_annotation_owners(client, ns, name).await;
+    assert_eq!(
+        owners.len(),
+        1,
+        "one operator owns the template annotations: {owners:?}"
+    );
+    let manager = owners.into_iter().next().unwrap();
+    let mut events = bouncer_events(client, ns, name, "BounceReverted").await;
+    assert_eq!(events.len(), 1, "one BounceReverted Event");
+    let event = events.remove(0);
+    assert!(
+        event.note.as_deref().unwrap().contains(manager.as_str()),
+        "the Event names {manager}: {:?}",
+        event.note
+    );
+    (manager, event)
+}
+
 /// How long after bouncer's patch of deployment `name` another client (not a built-in
 /// controller) wrote it, from the audit log: (milliseconds, user agent).
 fn rewrite_after_patch(mark: u64, ns: &str, name: &str) -> Option<(i64, String)> {
@@ -232,28 +257,11 @@ async fn toolhive_v0_44_reverts_the_vmcp_bounce_and_bouncer_evicts() {
         report(&run)
     );
     assert!(operator.is_running(), "the operator survived");
-    let owners = template_annotation_owners(&client, n, VMCP).await;
-    assert_eq!(
-        owners.len(),
-        1,
-        "one operator owns the template annotations: {owners:?}"
-    );
-    let manager = &owners[0];
+    let (manager, _) = reverter(&client, n, VMCP).await;
     let row = run.row(VMCP);
     assert!(
         row["reason"].as_str().unwrap().contains(manager.as_str()),
         "the report names {manager}: {row:#}"
-    );
-    let events = bouncer_events(&client, n, VMCP, "BounceReverted").await;
-    assert_eq!(events.len(), 1, "one BounceReverted Event");
-    assert!(
-        events[0]
-            .note
-            .as_deref()
-            .unwrap()
-            .contains(manager.as_str()),
-        "the Event names {manager}: {:?}",
-        events[0].note
     );
     assert_eq!(
         restarted_at_of(&client, n, VMCP).await,
@@ -635,8 +643,7 @@ async fn toolhive_v0_45_restarts_an_mcp_server_through_its_resource() {
             .ends_with("the restart request was withdrawn"),
         "{row:#}"
     );
-    let cr = bouncer_testkit::toolhive::get_resource(&client, n, "MCPServer", "fetch").await;
-    let annotations = cr.expect("MCPServer")["metadata"]["annotations"].clone();
+    let annotations = mcp_server_annotations(&client, n, &operator).await;
     assert!(annotations[CR_RESTARTED_AT].is_null(), "{annotations:#}");
     assert_eq!(pod_uids(&client, n, PROXY_PODS).await, before);
 
@@ -720,11 +727,10 @@ async fn toolhive_v0_44_undoes_its_own_restart_and_bouncer_evicts() {
     );
     let row = run.row("fetch");
     assert_eq!(row["method"], "toolhive", "{row:#}");
-    let owners = template_annotation_owners(&client, n, "fetch").await;
-    assert_eq!(owners.len(), 1, "{owners:?}");
+    let (manager, _) = reverter(&client, n, "fetch").await;
     let reason = row["reason"].as_str().unwrap();
     assert!(
-        reason.starts_with(&format!("{CR_RESTARTED_AT} was reverted by {}", owners[0])),
+        reason.starts_with(&format!("{CR_RESTARTED_AT} was reverted by {manager}")),
         "{row:#}"
     );
     let annotations = mcp_server_annotations(&client, n, &operator).await;
@@ -734,12 +740,6 @@ async fn toolhive_v0_44_undoes_its_own_restart_and_bouncer_evicts() {
     );
     let template = deployment(&client, n, "fetch").await;
     assert_eq!(template.template_annotation(CR_RESTARTED_AT), None);
-    assert_eq!(
-        bouncer_events(&client, n, "fetch", "BounceReverted")
-            .await
-            .len(),
-        1
-    );
     let after = pod_uids(&client, n, PROXY_PODS).await;
     assert!(
         after.iter().all(|u| !before.contains(u)),
@@ -749,8 +749,8 @@ async fn toolhive_v0_44_undoes_its_own_restart_and_bouncer_evicts() {
         assert_eq!(evictions(mark, n).len(), 1, "the proxy's one pod evicted");
     }
     eprintln!(
-        "toolhive {TOOLHIVE_REVERTING}: restart through the MCPServer reverted by {}; {}s: {reason}",
-        owners[0], row["durationSeconds"]
+        "toolhive {TOOLHIVE_REVERTING}: restart through the MCPServer reverted by {manager}; {}s: {reason}",
+        row["durationSeconds"]
     );
 }
 
@@ -795,14 +795,12 @@ async fn toolhive_v0_44_revert_with_on_revert_fail_halts_the_run() {
         "{}",
         report(&run)
     );
-    let owners = template_annotation_owners(&client, n, VMCP).await;
-    assert_eq!(owners.len(), 1, "{owners:?}");
+    let (manager, event) = reverter(&client, n, VMCP).await;
     let row = run.row(VMCP);
     for field in ["reason", "verification"] {
         assert!(
-            row[field].as_str().unwrap().contains(owners[0].as_str()),
-            "{field} names the reverter {}: {row:#}",
-            owners[0]
+            row[field].as_str().unwrap().contains(manager.as_str()),
+            "{field} names the reverter {manager}: {row:#}"
         );
     }
     assert_eq!(
@@ -810,19 +808,8 @@ async fn toolhive_v0_44_revert_with_on_revert_fail_halts_the_run() {
         None,
         "the revert stands"
     );
-    let events = bouncer_events(&client, n, VMCP, "BounceReverted").await;
-    assert_eq!(events.len(), 1, "one BounceReverted Event");
-    assert!(
-        events[0]
-            .note
-            .as_deref()
-            .unwrap()
-            .contains(owners[0].as_str()),
-        "{:?}",
-        events[0].note
-    );
     assert_eq!(
-        events[0].regarding.as_ref().unwrap().kind.as_deref(),
+        event.regarding.as_ref().unwrap().kind.as_deref(),
         Some("Deployment")
     );
     assert_eq!(
