@@ -131,14 +131,13 @@ async fn explain(settings: &Settings, target: &str) -> ExitStatus {
         }
     };
     let lease_ns = (settings.lease_namespace.clone()).unwrap_or(clients.namespace.clone());
-    let bare_marks = bare_marks(&policies, &clients.api, &lease_ns, &settings.lease_name);
     let clients_pair = (&clients.api, &clients.metrics);
     let Observed {
         inventory,
         prometheus,
         now,
         ..
-    } = match observe(settings, clients_pair, &policies, bare_marks).await {
+    } = match observe(settings, clients_pair, &policies, &lease_ns).await {
         Ok(seen) => seen,
         Err(status) => return status,
     };
@@ -212,15 +211,13 @@ async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus
         }
     }
 
-    // Read after taking the Lease, so they are current.
-    let bare_marks = bare_marks(&policies, &client, &lease_ns, &settings.lease_name);
     let status = run_locked(
         settings,
         mode,
         &client,
         &metrics,
         &policies,
-        (lease.as_deref(), bare_marks),
+        (lease.as_deref(), &lease_ns),
         stop_rx,
     )
     .await;
@@ -229,22 +226,6 @@ async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus
     }
     signals.abort();
     status
-}
-
-/// Bare pods' attempt marks, from the run Lease, only when a policy may bounce bare pods (a plan
-/// is otherwise LISTs only). Awaited alongside the snapshot: one round trip less before the
-/// LISTs start.
-async fn bare_marks(
-    policies: &[policy::Policy],
-    client: &Client,
-    lease_ns: &str,
-    lease_name: &str,
-) -> Result<mark::BareMarks, String> {
-    if policies.iter().any(|p| p.kinds.contains(&model::Kind::Pod)) {
-        lock::read_bare_marks(client, lease_ns, lease_name).await
-    } else {
-        Ok(mark::BareMarks::new())
-    }
 }
 
 /// What a run decides from: the cluster snapshot with bare pods' attempt marks and, where a
@@ -260,9 +241,19 @@ async fn observe(
     settings: &Settings,
     (client, metrics): (&Client, &Client),
     policies: &[policy::Policy],
-    bare_marks: impl std::future::Future<Output = Result<mark::BareMarks, String>>,
+    lease_ns: &str,
 ) -> Result<Observed, ExitStatus> {
     let needs = core::history::needs(policies, &settings.namespaces);
+    // Bare pods' attempt marks live on the run Lease (in a run, read after taking it, so they
+    // are current); read only when a policy may bounce bare pods (a plan is otherwise LISTs
+    // only), alongside the snapshot rather than a round trip before it.
+    let bare_marks = async {
+        if policies.iter().any(|p| p.kinds.contains(&model::Kind::Pod)) {
+            lock::read_bare_marks(client, lease_ns, &settings.lease_name).await
+        } else {
+            Ok(mark::BareMarks::new())
+        }
+    };
     // Prometheus is read alongside the snapshot, at the same instant the plan is made for.
     let now = clock();
     let (inventory, prometheus, bare_marks) = futures::future::join3(
@@ -296,10 +287,7 @@ async fn run_locked(
     client: &Client,
     metrics: &Client,
     policies: &[policy::Policy],
-    (lease, bare_marks): (
-        Option<&lock::LeaseGuard>,
-        impl std::future::Future<Output = Result<mark::BareMarks, String>>,
-    ),
+    (lease, lease_ns): (Option<&lock::LeaseGuard>, &str),
     stop: watch::Receiver<Stop>,
 ) -> ExitStatus {
     let started = std::time::Instant::now();
@@ -308,7 +296,7 @@ async fn run_locked(
         prometheus,
         bare_marks,
         now,
-    } = match observe(settings, (client, metrics), policies, bare_marks).await {
+    } = match observe(settings, (client, metrics), policies, lease_ns).await {
         Ok(seen) => seen,
         Err(status) => return status,
     };
