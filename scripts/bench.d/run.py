@@ -279,22 +279,25 @@ class Bench:
             counts[agent_of(e)][(e["verb"], res)] += 1
         return counts
 
+    def metadata(self, path):
+        """The items of one LIST as PartialObjectMetadata (names, labels, owners: no specs)."""
+        meta = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+        r = subprocess.run(self.curl + ["-H", "Accept: " + meta, os.environ["BENCH_SERVER"] + path],
+                           capture_output=True, check=True)
+        return json.loads(r.stdout)["items"]
+
     def wait_metrics(self, timeout=300):
         """Until metrics-server reports every pod: a scrape of a busy KWOK node that times out
         drops its pods' metrics until the next one, and bouncer and the DIY script must decide
         from the same numbers."""
         deadline = time.time() + timeout
+        paths = dict(KINDS)
         while True:
-            got = {}
-            meta = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
-            for kind, path in KINDS:
-                if kind in ("pods", "pods.metrics.k8s.io"):
-                    r = subprocess.run(self.curl + ["-H", "Accept: " + meta, os.environ["BENCH_SERVER"] + path],
-                                       capture_output=True, check=True)
-                    got[kind] = len(json.loads(r.stdout)["items"])
-            if got["pods.metrics.k8s.io"] >= got["pods"] or time.time() > deadline:
-                if got["pods.metrics.k8s.io"] < got["pods"]:
-                    log(f"  metrics-server reports {got['pods.metrics.k8s.io']} of {got['pods']} pods")
+            pods = len(self.metadata(paths["pods"]))
+            metrics = len(self.metadata(paths["pods.metrics.k8s.io"]))
+            if metrics >= pods or time.time() > deadline:
+                if metrics < pods:
+                    log(f"  metrics-server reports {metrics} of {pods} pods")
                 return
             time.sleep(5)
 
@@ -302,11 +305,8 @@ class Bench:
         """Objects per kind as the API server lists them (for the expected page counts), and the
         bench pods the descheduler may evict (those a controller owns)."""
         out = {}
-        meta = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
         for kind, path in KINDS:
-            r = subprocess.run(self.curl + ["-H", "Accept: " + meta, os.environ["BENCH_SERVER"] + path],
-                               capture_output=True, check=True)
-            items = json.loads(r.stdout)["items"]
+            items = self.metadata(path)
             out[kind] = len(items)
             if kind == "pods":
                 out["owned-bench-pods"] = sum(
