@@ -309,25 +309,21 @@ async fn run_locked(
             max_bounces: settings.max_bounces,
         },
     );
+    // The pods and workloads are not needed past the plan: the executor reads afresh.
+    drop(inventory);
     let outcomes = if mode == Mode::Run {
-        let mut executor = execute::Executor {
+        let mut edge = execute::Kube {
             client: client.clone(),
-            policies: policies.iter().map(|p| (p.name.as_str(), p)).collect(),
-            pdbs: &inventory.pdbs,
             lease,
             bare_marks: bare_marks.unwrap_or_default(),
-            excluded_namespaces: &inventory.excluded_namespaces,
-            default_timeout: settings.rollout_timeout,
-            settle: settings.verify_settle,
+            prometheus: settings.prometheus.as_ref(),
             clock,
-            stop,
         };
-        Some(executor.execute(&plan).await)
+        let budget = (settings.rollout_timeout, settings.verify_settle);
+        Some(execute::execute(&plan, policies, &mut edge, budget, &stop).await)
     } else {
         None
     };
-    // The pods and workloads are not needed past the plan: the report reuses their memory.
-    drop(inventory);
     let report = report::build(&plan, mode, outcomes.as_deref());
     let halted = outcomes.iter().flatten().any(|o| o.status.halts());
     let run = notify::Run {

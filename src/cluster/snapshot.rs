@@ -451,6 +451,31 @@ fn group(
     (workloads, unsupported)
 }
 
+/// What the gates read besides a workload, afresh before each bounce: whether its namespace
+/// opted out, and the namespace's disruption budgets.
+pub async fn read_context(
+    client: &Client,
+    namespace: &str,
+) -> Result<(BTreeSet<String>, Vec<Pdb>), kube::Error> {
+    let scope = [namespace.to_string()];
+    let excluded = async {
+        let url = format!("{}/{namespace}", Namespace::url_path(&(), None));
+        let req = http::Request::get(url)
+            .body(Vec::new())
+            .map_err(|e| kube::Error::BuildRequest(kube::core::request::Error::BuildRequest(e)))?;
+        let n: wire::Namespace = client.request(req).await?;
+        Ok::<_, kube::Error>(excluded_namespace(n).into_iter().collect::<BTreeSet<_>>())
+    };
+    let pdbs = list(
+        client,
+        &scope,
+        |ns| PodDisruptionBudget::url_path(&(), ns),
+        <Pdb as From<wire::PodDisruptionBudget>>::from,
+    );
+    let (excluded, pdbs) = futures::join!(excluded, pdbs);
+    Ok((excluded?, pdbs?))
+}
+
 /// A fresh read of one workload and its pods, right before acting on it.
 pub async fn read_workload(client: &Client, target: &WorkloadRef) -> Result<Workload, kube::Error> {
     let ns = target.namespace.as_str();

@@ -48,9 +48,12 @@ struct Resource {
 }
 
 #[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct Metadata {
     #[serde(default)]
     annotations: Option<std::collections::BTreeMap<String, String>>,
+    #[serde(default)]
+    resource_version: Option<String>,
 }
 
 fn request(namespace: &str, server: &McpServerRef) -> Request {
@@ -67,6 +70,7 @@ fn state(server: &McpServerRef, json: &str) -> Result<McpServerState, kube::Erro
         name: server.name.clone(),
         strategy: annotations.remove(TOOLHIVE_RESTART_STRATEGY),
         last_processed: annotations.remove(TOOLHIVE_LAST_PROCESSED),
+        resource_version: r.metadata.resource_version.unwrap_or_default(),
     })
 }
 
@@ -94,14 +98,20 @@ pub async fn read(
 }
 
 /// Sets `restarted-at` on the MCPServer (a merge patch as bouncer's field manager): the
-/// operator's next reconcile restarts the server with its rolling strategy.
+/// operator's next reconcile restarts the server with its rolling strategy. The patch carries
+/// the resourceVersion read before asking, so the server refuses it (409) if anything changed
+/// the resource in between (its restart strategy above all).
 pub async fn request_restart(
     client: &Client,
     namespace: &str,
     server: &McpServerRef,
     value: &str,
+    resource_version: &str,
 ) -> Result<(), ToolhiveError> {
-    let body = json!({"metadata": {"annotations": {TOOLHIVE_RESTARTED_AT: value}}});
+    let body = json!({"metadata": {
+        "resourceVersion": resource_version,
+        "annotations": {TOOLHIVE_RESTARTED_AT: value},
+    }});
     let params = &PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()

@@ -172,12 +172,6 @@ pub enum WaitError {
     },
 }
 
-/// Where the wait starts: the object bouncer's patch returned.
-pub struct Start<'a> {
-    pub workload: &'a Workload,
-    pub resource_version: &'a str,
-}
-
 /// Follows one workload's rollout; `last` keeps kubectl's latest progress message.
 struct Progress<'a> {
     target: &'a WorkloadRef,
@@ -213,7 +207,7 @@ pub async fn wait(
     client: &Client,
     target: &WorkloadRef,
     (deadline, timeout): (tokio::time::Instant, Duration),
-    start: Start<'_>,
+    from: Option<&str>,
 ) -> Result<(), WaitError> {
     if target.kind == Kind::Pod {
         return Ok(());
@@ -222,15 +216,9 @@ pub async fn wait(
         target,
         last: String::from("no status observed yet"),
     };
-    let waiting = async {
-        if let Some(done) = progress.observe(start.workload) {
-            return done;
-        }
-        follow_one(client, target, start.resource_version, |w, _| {
-            progress.observe(&w)
-        })
-        .await
-    };
+    let waiting = follow_one(client, target, from.unwrap_or_default(), |w, _| {
+        progress.observe(&w)
+    });
     let result = tokio::time::timeout_at(deadline, waiting).await;
     match result {
         Ok(r) => r,
@@ -250,11 +238,11 @@ pub async fn wait_rolled(
     client: &Client,
     target: &WorkloadRef,
     (deadline, timeout): (tokio::time::Instant, Duration),
-    start: Start<'_>,
+    from: &str,
     by: &str,
     mut rolled: impl FnMut(&Workload) -> bool,
 ) -> Result<(Workload, String), WaitError> {
-    let waiting = follow_one(client, target, start.resource_version, |w, version| {
+    let waiting = follow_one(client, target, from, |w, version| {
         rolled(&w).then_some(Ok((w, version)))
     });
     match tokio::time::timeout_at(deadline, waiting).await {

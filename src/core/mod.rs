@@ -2,6 +2,8 @@
 //! types, no async runtime, no clock, no environment: the cluster edge converts API objects into
 //! these types, and `now` is an argument. `tests/layout.rs` keeps it that way.
 
+pub mod action;
+pub mod bounce;
 pub mod explain;
 pub mod gates;
 pub mod group;
@@ -15,6 +17,7 @@ pub mod overrides;
 pub mod plan;
 pub mod policy;
 pub mod quantity;
+pub mod queue;
 pub mod reasons;
 pub mod rollout;
 pub mod schedule;

@@ -37,6 +37,8 @@ pub enum FailureCode {
     /// `restart.method: toolhive`: the operator did not roll the Deployment within the timeout
     /// after the restart request on its MCPServer.
     OperatorNoRestart,
+    /// The executor answered an action with something else: a bug; nothing more was done.
+    Internal,
 }
 
 impl FailureCode {
@@ -54,6 +56,7 @@ impl FailureCode {
             FailureCode::EvictionFailed => "evictionFailed",
             FailureCode::RecheckFailed => "recheckFailed",
             FailureCode::OperatorNoRestart => "operatorNoRestart",
+            FailureCode::Internal => "internal",
         }
     }
 }
@@ -165,6 +168,26 @@ pub struct Outcome {
     pub attempt: Option<Attempt>,
     /// When the run's final re-check (right before the report) last saw the annotation intact.
     pub last_confirmed: Option<DateTime<Utc>>,
+}
+
+impl Outcome {
+    /// A planned bounce before anything happened to it.
+    pub fn planned(b: &crate::core::plan::Bounce) -> Outcome {
+        Outcome {
+            policy: b.policy.clone(),
+            target: b.target.clone(),
+            method: b.method,
+            status: Status::NotAttempted(None),
+            started: None,
+            patched_at: None,
+            completed_at: None,
+            finished: None,
+            verification: None,
+            written: None,
+            attempt: None,
+            last_confirmed: None,
+        }
+    }
 }
 
 /// The mark's outcome for a bounce's status.

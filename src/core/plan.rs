@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-pub use crate::core::gates::{cooldown, identity_gates, oldest_start, preflight};
+pub use crate::core::gates::{
+    admits, blocker, cooldown, identity_gates, oldest_start, preflight, safety,
+};
 use crate::core::group::{self, Group};
-use crate::core::history::{self, Prometheus};
-use crate::core::mark::AttemptMark;
+use crate::core::history::Prometheus;
 use crate::core::memory::{self, Evaluation, MemoryReading, MemoryState};
 pub use crate::core::model::Method;
 use crate::core::model::{Inventory, Kind, Workload, WorkloadRef};
@@ -145,8 +146,14 @@ pub fn plan_with(
                 &prometheus.history,
                 now,
             );
-            let decision = decide(&policy, workload, (memory, history), inventory, now)
-                .and_then(|d| blocker(&policy, prometheus).map(|()| d));
+            let decision = decide(
+                &policy,
+                workload,
+                (memory, history),
+                inventory,
+                prometheus,
+                now,
+            );
             let decision = match decision {
                 Ok((method, triggers, urgency)) => Ok(candidate(
                     &policy, workload, method, triggers, reading, urgency,
@@ -390,36 +397,15 @@ pub fn selects(policy: &Policy, w: &Workload) -> bool {
 
 type Decision = (Method, Vec<Trigger>, Option<f64>);
 
-/// A policy's blockWhen holds back each of its bounces: any result, or no answer (fail closed).
-pub fn blocker(policy: &Policy, prometheus: &Prometheus) -> Result<(), SkipReason> {
-    let Some(query) = &policy.block_when else {
-        return Ok(());
-    };
-    match prometheus.blocker(query) {
-        Ok([]) => Ok(()),
-        Ok(results) => Err(SkipReason::Blocked {
-            alerts: history::result_names(results),
-        }),
-        Err(error) => Err(SkipReason::BlockerFailed { error }),
-    }
-}
-
 fn decide(
     policy: &Policy,
     w: &Workload,
     memory: (Option<Evaluation>, HistoryVerdicts),
     inv: &Inventory,
+    prometheus: &Prometheus,
     now: DateTime<Utc>,
 ) -> Result<Decision, SkipReason> {
-    identity_gates(policy, w, &inv.excluded_namespaces)?;
-    if w.pods.is_empty() {
-        return Err(SkipReason::NoPods);
-    }
-    if let AttemptMark::Unreadable(error) = &w.attempt {
-        return Err(SkipReason::BadAttemptMark {
-            error: error.clone(),
-        });
-    }
+    admits(policy, w, &inv.excluded_namespaces)?;
     let (triggers, urgency) = match triggers(policy, w, memory, now) {
         // A fire held back only by our own recent attempt reads as the cooldown while that
         // lasts (the reason names the attempt's time); after it, the fire stays attempted.
@@ -431,8 +417,7 @@ fn decide(
         }
         other => other?,
     };
-    cooldown(policy, w, now)?;
-    let method = preflight(policy, w, &inv.pdbs)?;
+    let method = safety(policy, w, &inv.pdbs, prometheus, now)?;
     Ok((method, triggers, urgency))
 }
 

@@ -20,6 +20,9 @@ pub struct McpServerState {
     pub strategy: Option<String>,
     /// `mcpserver.toolhive.stacklok.dev/last-processed-restart`, if set.
     pub last_processed: Option<String>,
+    /// The resource's version as read: the request is conditional on it, so a strategy changed
+    /// in between (say to `immediate`) makes the server refuse the request.
+    pub resource_version: String,
 }
 
 /// The `restarted-at` value to write: `at`, or one second after the last processed request
@@ -64,6 +67,7 @@ mod tests {
             name: "fetch".into(),
             strategy: strategy.map(Into::into),
             last_processed: last.map(Into::into),
+            resource_version: "1".into(),
         }
     }
 

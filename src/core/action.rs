@@ -1,0 +1,175 @@
+//! The vocabulary between the bounce machine and the executor: what the machine asks for
+//! (`Action`) and what the executor saw carrying it out (`Observation`). Plain data both ways,
+//! so the machine's every transition can be tested with scripted observations.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::core::history::Prometheus;
+use crate::core::mark::Attempt;
+use crate::core::model::{McpServerRef, Pdb, Workload, WorkloadRef};
+use crate::core::outcome::{Failure, Outcome};
+use crate::core::toolhive::McpServerState;
+use crate::core::verify::Reverters;
+
+/// One pod, as an eviction names it (the UID is its precondition).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef {
+    pub name: String,
+    pub uid: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Bounced,
+    Failed,
+    Reverted,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub target: WorkloadRef,
+    pub kind: EventKind,
+    pub note: String,
+}
+
+/// What a wait waits for; each ends at `deadline`, the bounce's budget.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stage {
+    /// The workload's rollout complete by kubectl's rules, watched from `from` (the patch's
+    /// resourceVersion), or from a fresh LIST when there is none.
+    Rollout {
+        target: WorkloadRef,
+        from: Option<String>,
+        deadline: DateTime<Utc>,
+        timeout: Duration,
+    },
+    /// ToolHive's operator has written a new restart annotation on the pod template.
+    OperatorActed {
+        target: WorkloadRef,
+        server: McpServerRef,
+        /// The operator's annotation before the request: a different one is its answer.
+        before: Option<String>,
+        from: Option<String>,
+        deadline: DateTime<Utc>,
+        timeout: Duration,
+    },
+    /// The evicted pod gone and `want` ready pods of the same owner again.
+    Replaced {
+        target: WorkloadRef,
+        pod: PodRef,
+        want: usize,
+        deadline: DateTime<Utc>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// A fresh read of the workload and its pods; with `context`, also what the gates read
+    /// besides it (namespace opt-outs, disruption budgets, the policy's blocker query).
+    Read {
+        target: WorkloadRef,
+        context: bool,
+        block_when: Option<String>,
+    },
+    /// The restartedAt patch (with the attempt mark on the workload's metadata, in one write).
+    Patch {
+        target: WorkloadRef,
+        at: DateTime<Utc>,
+        mark: Attempt,
+    },
+    /// The attempt mark alone (metadata, or the Lease for a bare pod): rolls nothing.
+    Mark {
+        target: WorkloadRef,
+        attempt: Attempt,
+    },
+    ReadOperator {
+        target: WorkloadRef,
+        server: McpServerRef,
+    },
+    /// The MCPServer's restart annotation, conditional on the state read before asking.
+    RequestOperatorRestart {
+        target: WorkloadRef,
+        server: McpServerRef,
+        value: String,
+        resource_version: String,
+    },
+    /// Removes the request if it still holds `value`.
+    Withdraw {
+        target: WorkloadRef,
+        server: McpServerRef,
+        value: String,
+    },
+    /// One pod through the Eviction API, retried while a disruption budget refuses it.
+    Evict {
+        target: WorkloadRef,
+        pod: PodRef,
+        deadline: DateTime<Utc>,
+    },
+    Wait(Stage),
+    Sleep {
+        until: DateTime<Utc>,
+    },
+    /// Who wrote the pod template since `since`, from managedFields.
+    FindReverters {
+        target: WorkloadRef,
+        since: DateTime<Utc>,
+    },
+    Emit(Event),
+    /// This bounce is over.
+    Done(Box<Outcome>),
+    /// The whole queue is over.
+    Finished,
+}
+
+impl Action {
+    /// Whether the run's stop (SIGTERM, a lost lock) cuts it short: the executor then answers
+    /// `Observation::Stopped` instead of waiting it out.
+    pub fn interruptible(&self) -> bool {
+        matches!(
+            self,
+            Action::Wait(_) | Action::Sleep { .. } | Action::Evict { .. }
+        )
+    }
+}
+
+/// What gates on a fresh read need besides the workload, read at the same moment.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub excluded_namespaces: BTreeSet<String>,
+    pub pdbs: Vec<Pdb>,
+    pub prometheus: Prometheus,
+}
+
+#[derive(Debug, Clone)]
+pub struct Fresh {
+    pub workload: Workload,
+    /// Present when the read asked for it.
+    pub context: Option<Context>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Observation {
+    /// The first step of a bounce or of the queue.
+    Begin,
+    Read(Result<Box<Fresh>, String>),
+    /// The value written, and the resourceVersion the patch returned.
+    Patched(Result<(String, String), String>),
+    /// The resourceVersion the mark's patch returned (none for a bare pod's Lease).
+    Marked(Result<Option<String>, String>),
+    Operator(Result<McpServerState, String>),
+    Requested(Result<(), String>),
+    Withdrawn(Result<(), String>),
+    Evicted(Result<(), Failure>),
+    RolledOut(Result<(), Failure>),
+    /// The operator's annotation as it wrote it, and the resourceVersion where it was seen.
+    OperatorActed(Result<(String, String), Failure>),
+    Replaced(Result<(), Failure>),
+    Slept,
+    Reverters(Reverters),
+    Emitted,
+    /// The run was asked to stop while the action waited.
+    Stopped,
+}

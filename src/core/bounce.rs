@@ -1,0 +1,723 @@
+//! One bounce as a pure state machine: from the fresh read before acting to the outcome, every
+//! decision (gates, method, restart request, waits, verification, revert handling, evictions,
+//! withdrawal, marks, events) is made here from plain observations. The executor only carries
+//! out the `Action` it is given and hands back what it saw.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::core::action::{Action, Event, EventKind, Fresh, Observation, PodRef, Stage};
+use crate::core::gates;
+use crate::core::mark::Attempt;
+use crate::core::model::{McpServerRef, Method, Workload};
+use crate::core::outcome::{Failure, FailureCode, Outcome, Status, attempt_outcome};
+use crate::core::plan::Bounce;
+use crate::core::policy::{OnRevert, Policy};
+use crate::core::reasons::SkipReason;
+use crate::core::toolhive;
+use crate::core::verify::{self, Reverters, Verdict, annotation_label};
+
+/// A restart written to the pod template (by bouncer, or by an owner it asked), as verified.
+#[derive(Debug, Clone)]
+struct Restart {
+    method: Method,
+    /// The annotation's value that proves it; None until the operator has written it.
+    written: Option<String>,
+    at: DateTime<Utc>,
+    /// The pods from before, by UID.
+    old: BTreeSet<String>,
+}
+
+/// Where a bounce stands; each variant waits for the observation of the action it asked for.
+#[derive(Debug, Clone)]
+enum Phase {
+    Start,
+    /// The fresh read before acting.
+    Reading,
+    /// `restart.method: toolhive`: the MCPServer's restart annotations, right before asking.
+    ReadingOperator {
+        server: McpServerRef,
+    },
+    /// The attempt mark, written before anything is disrupted (evictions and ToolHive).
+    Marking {
+        then: AfterMark,
+    },
+    Patching,
+    Requesting {
+        server: McpServerRef,
+        value: String,
+    },
+    WaitingOperator {
+        server: McpServerRef,
+        value: String,
+    },
+    WaitingRollout {
+        again: bool,
+    },
+    Settling,
+    Verifying {
+        again: bool,
+    },
+    FindingReverters {
+        found: Option<String>,
+    },
+    /// onRevert: evict: the fresh read whose gates the evictions must pass.
+    RecheckingEviction {
+        note: String,
+        managers: Vec<String>,
+    },
+    Evicting {
+        queue: Vec<PodRef>,
+        done: usize,
+        want: usize,
+        revert: Option<Revert>,
+    },
+    Replacing {
+        queue: Vec<PodRef>,
+        done: usize,
+        want: usize,
+        revert: Option<Revert>,
+    },
+    /// A restart request the operator did not act on is taken back before the bounce ends.
+    Withdrawing {
+        status: Status,
+    },
+    /// The outcome is known: its mark and Event go out, then it is done.
+    Finishing,
+}
+
+#[derive(Debug, Clone)]
+enum AfterMark {
+    Evict,
+    Request {
+        server: McpServerRef,
+        value: String,
+        resource_version: String,
+    },
+}
+
+/// A revert the evictions follow, for their report.
+#[derive(Debug, Clone)]
+struct Revert {
+    note: String,
+    managers: Vec<String>,
+}
+
+/// Everything the gates on a fresh read need that is not the workload.
+pub struct Limits<'a> {
+    pub policy: &'a Policy,
+    /// The whole bounce's budget (rollout, settle, verification and any eviction).
+    pub timeout: Duration,
+    /// Least time between the restart and its verification, so a reverting owner shows itself.
+    pub settle: Duration,
+}
+
+pub struct Machine<'a> {
+    bounce: &'a Bounce,
+    limits: Limits<'a>,
+    phase: Phase,
+    outcome: Outcome,
+    attempt: Option<Attempt>,
+    restart: Option<Restart>,
+    /// The workload as read right before acting.
+    fresh: Option<Workload>,
+    deadline: Option<DateTime<Utc>>,
+    /// Where the wait for the operator starts: the mark's resourceVersion.
+    from: Option<String>,
+    /// Actions whose answers need no decision (Events, the final mark), then the next one.
+    queued: VecDeque<Action>,
+}
+
+impl<'a> Machine<'a> {
+    pub fn new(bounce: &'a Bounce, limits: Limits<'a>) -> Machine<'a> {
+        Machine {
+            outcome: Outcome::planned(bounce),
+            bounce,
+            limits,
+            phase: Phase::Start,
+            attempt: None,
+            restart: None,
+            fresh: None,
+            deadline: None,
+            from: None,
+            queued: VecDeque::new(),
+        }
+    }
+
+    /// The next action, given what the last one observed (`Observation::Begin` at first),
+    /// `now`, and why the run must stop, if it must.
+    pub fn step(&mut self, seen: Observation, now: DateTime<Utc>, stop: Option<&str>) -> Action {
+        if matches!(seen, Observation::Emitted | Observation::Marked(_))
+            && let Some(next) = self.queued.pop_front()
+        {
+            return next;
+        }
+        let phase = std::mem::replace(&mut self.phase, Phase::Finishing);
+        if let Observation::Stopped = seen {
+            return self.interrupted(phase, now, stop);
+        }
+        match (phase, seen) {
+            (Phase::Start, _) => {
+                self.outcome.started = Some(now);
+                self.deadline = Some(now + chrono_of(self.limits.timeout));
+                self.phase = Phase::Reading;
+                self.read(true)
+            }
+            (Phase::Reading, Observation::Read(read)) => self.on_fresh(read, now, stop),
+            (Phase::ReadingOperator { server }, Observation::Operator(state)) => {
+                let state = match state {
+                    Ok(s) => s,
+                    Err(error) => return self.skip(SkipReason::ReadFailed { error }, now),
+                };
+                match toolhive::restart_request(&state, now) {
+                    Ok(value) => {
+                        let resource_version = state.resource_version.clone();
+                        self.phase = Phase::Marking {
+                            then: AfterMark::Request {
+                                server,
+                                value,
+                                resource_version,
+                            },
+                        };
+                        self.mark_started()
+                    }
+                    Err(reason) => self.skip(reason, now),
+                }
+            }
+            (Phase::Marking { then }, Observation::Marked(marked)) => {
+                let version = match marked {
+                    Ok(v) => v,
+                    Err(e) => {
+                        let nothing = match then {
+                            AfterMark::Evict => "nothing was evicted",
+                            AfterMark::Request { .. } => "the MCPServer was not asked to restart",
+                        };
+                        let detail = format!("could not record the attempt mark: {e}; {nothing}");
+                        return self.fail(Failure::new(FailureCode::MarkFailed, detail), now);
+                    }
+                };
+                match then {
+                    AfterMark::Evict => {
+                        let fresh = self.fresh.take().expect("read before acting");
+                        self.start_evictions(fresh, None, now)
+                    }
+                    AfterMark::Request {
+                        server,
+                        value,
+                        resource_version,
+                    } => {
+                        self.outcome.patched_at = Some(now);
+                        self.restart_mut().at = now;
+                        self.from = version;
+                        self.phase = Phase::Requesting {
+                            server: server.clone(),
+                            value: value.clone(),
+                        };
+                        Action::RequestOperatorRestart {
+                            target: self.bounce.target.clone(),
+                            server,
+                            value,
+                            resource_version,
+                        }
+                    }
+                }
+            }
+            (Phase::Patching, Observation::Patched(patched)) => match patched {
+                Ok((written, version)) => {
+                    self.outcome.written = Some(written.clone());
+                    self.restart_mut().written = Some(written);
+                    self.phase = Phase::WaitingRollout { again: false };
+                    self.wait_rollout(Some(version))
+                }
+                Err(e) => self.fail(Failure::new(FailureCode::PatchFailed, e), now),
+            },
+            (Phase::Requesting { server, value }, Observation::Requested(requested)) => {
+                match requested {
+                    Ok(()) => {
+                        let before = self
+                            .fresh
+                            .as_ref()
+                            .and_then(|w| w.toolhive.restarted_at.clone());
+                        self.phase = Phase::WaitingOperator {
+                            server: server.clone(),
+                            value,
+                        };
+                        Action::Wait(Stage::OperatorActed {
+                            target: self.bounce.target.clone(),
+                            server,
+                            before,
+                            from: self.from.take(),
+                            deadline: self.deadline(),
+                            timeout: self.limits.timeout,
+                        })
+                    }
+                    // The answer may have been lost after the server took the request: it is
+                    // taken back all the same.
+                    Err(e) => {
+                        let failure = Failure::new(FailureCode::PatchFailed, e);
+                        self.withdraw(server, value, Status::Failed(failure))
+                    }
+                }
+            }
+            (Phase::WaitingOperator { server, value }, Observation::OperatorActed(acted)) => {
+                match acted {
+                    Ok((written, version)) => {
+                        self.outcome.written = Some(written.clone());
+                        self.restart_mut().written = Some(written);
+                        self.phase = Phase::WaitingRollout { again: false };
+                        self.wait_rollout(Some(version))
+                    }
+                    Err(failure) => self.withdraw(server, value, Status::Failed(failure)),
+                }
+            }
+            (Phase::WaitingRollout { again }, Observation::RolledOut(done)) => match done {
+                Err(failure) => self.fail(failure, now),
+                Ok(()) if again => {
+                    self.phase = Phase::Verifying { again: true };
+                    self.read(false)
+                }
+                Ok(()) => {
+                    self.outcome.completed_at = Some(now);
+                    // Give a reverting owner `settle` after the restart to show itself; rollouts
+                    // usually take longer, so verification normally follows completion at once.
+                    let settled = self.restart_mut().at + chrono_of(self.limits.settle);
+                    if settled > now {
+                        self.phase = Phase::Settling;
+                        Action::Sleep {
+                            until: settled.min(self.deadline()),
+                        }
+                    } else {
+                        self.phase = Phase::Verifying { again: false };
+                        self.read(false)
+                    }
+                }
+            },
+            (Phase::Settling, Observation::Slept) => {
+                self.phase = Phase::Verifying { again: false };
+                self.read(false)
+            }
+            (Phase::Verifying { again }, Observation::Read(read)) => {
+                self.on_verify(read.map(|f| f.workload), again, now)
+            }
+            (Phase::FindingReverters { found }, Observation::Reverters(reverters)) => {
+                self.on_reverted(found, &reverters, now)
+            }
+            (Phase::RecheckingEviction { note, managers }, Observation::Read(read)) => {
+                let revert = Revert { note, managers };
+                let checked = read.and_then(|fresh| {
+                    gates::before_evicting(self.limits.policy, &fresh)
+                        .map(|()| fresh.workload)
+                        .map_err(|reason| reason.to_string())
+                });
+                match checked {
+                    Ok(after) => self.start_evictions(after, Some(revert), now),
+                    Err(why) => self.reverted_untouched(revert, &why, now),
+                }
+            }
+            (
+                Phase::Evicting {
+                    queue,
+                    done,
+                    want,
+                    revert,
+                },
+                Observation::Evicted(evicted),
+            ) => match evicted {
+                Ok(()) => {
+                    let pod = queue[done].clone();
+                    self.phase = Phase::Replacing {
+                        queue,
+                        done,
+                        want,
+                        revert,
+                    };
+                    Action::Wait(Stage::Replaced {
+                        target: self.bounce.target.clone(),
+                        pod,
+                        want,
+                        deadline: self.deadline(),
+                    })
+                }
+                Err(failure) => self.eviction_failed(failure, revert, now),
+            },
+            (
+                Phase::Replacing {
+                    queue,
+                    done,
+                    want,
+                    revert,
+                },
+                Observation::Replaced(replaced),
+            ) => match replaced {
+                Ok(()) => self.next_eviction(queue, done + 1, want, revert, now),
+                Err(failure) => self.eviction_failed(failure, revert, now),
+            },
+            (Phase::Withdrawing { status }, Observation::Withdrawn(withdrawn)) => {
+                let status = match (status, withdrawn) {
+                    (Status::Failed(f), Ok(())) => {
+                        Status::Failed(f.after_detail("the restart request was withdrawn"))
+                    }
+                    (Status::Failed(f), Err(e)) => Status::Failed(f.after_detail(&e)),
+                    (other, _) => other,
+                };
+                self.finish(status, now)
+            }
+            (Phase::Finishing, _) => self.done(),
+            (phase, seen) => {
+                // An answer to another action than the one asked for is a bug in the executor:
+                // fail closed, touching nothing more (a pending request is still withdrawn).
+                let detail = format!("unexpected {seen:?} while {phase:?}");
+                let failure = Failure::new(FailureCode::Internal, detail);
+                match phase {
+                    Phase::Requesting { server, value }
+                    | Phase::WaitingOperator { server, value } => {
+                        self.withdraw(server, value, Status::Failed(failure))
+                    }
+                    _ => self.fail(failure, now),
+                }
+            }
+        }
+    }
+
+    fn on_fresh(
+        &mut self,
+        read: Result<Box<Fresh>, String>,
+        now: DateTime<Utc>,
+        stop: Option<&str>,
+    ) -> Action {
+        let fresh = match read {
+            Ok(f) => f,
+            Err(error) => return self.skip(SkipReason::ReadFailed { error }, now),
+        };
+        let method = match gates::before_acting(self.limits.policy, self.bounce, &fresh, now) {
+            Ok(m) => m,
+            Err(reason) => return self.skip(reason, now),
+        };
+        // The fresh read takes a moment; a stop that came meanwhile starts nothing new.
+        if let Some(why) = stop {
+            return self.finish(Status::Interrupted(why.to_string()), now);
+        }
+        let w = fresh.workload;
+        self.outcome.method = method;
+        let attempt = Attempt::new(now, &self.bounce.policy, method);
+        self.attempt = Some(attempt.clone());
+        self.outcome.attempt = Some(attempt.clone());
+        self.restart = Some(Restart {
+            method,
+            written: None,
+            at: now,
+            old: w.pods.iter().map(|p| p.uid.clone()).collect(),
+        });
+        let server = w.toolhive.server.clone();
+        self.fresh = Some(w);
+        match method {
+            Method::Rollout => {
+                self.outcome.patched_at = Some(now);
+                self.phase = Phase::Patching;
+                Action::Patch {
+                    target: self.bounce.target.clone(),
+                    at: now,
+                    mark: attempt,
+                }
+            }
+            Method::Evict => {
+                self.phase = Phase::Marking {
+                    then: AfterMark::Evict,
+                };
+                self.mark_started()
+            }
+            Method::Toolhive => match server {
+                Some(server) => {
+                    self.phase = Phase::ReadingOperator {
+                        server: server.clone(),
+                    };
+                    Action::ReadOperator {
+                        target: self.bounce.target.clone(),
+                        server,
+                    }
+                }
+                None => {
+                    let error = "no MCPServer controls it any more".to_string();
+                    self.skip(SkipReason::ReadFailed { error }, now)
+                }
+            },
+        }
+    }
+
+    fn on_verify(
+        &mut self,
+        read: Result<Workload, String>,
+        again: bool,
+        now: DateTime<Utc>,
+    ) -> Action {
+        let after = match read {
+            Ok(w) => w,
+            Err(e) => {
+                let detail = format!("verification read failed: {e}");
+                return self.fail(Failure::new(FailureCode::VerifyReadFailed, detail), now);
+            }
+        };
+        let restart = self.restart.as_ref().expect("restarted before verifying");
+        let written = restart.written.as_deref().unwrap_or_default();
+        match verify::check(&after, restart.method, written, &restart.old) {
+            Verdict::Verified { pods } => {
+                self.outcome.verification = Some(format!(
+                    "{} intact, {pods}/{pods} pods new and ready",
+                    annotation_label(restart.method)
+                ));
+                self.finish(Status::Bounced, now)
+            }
+            // Every pod is new but some are not ready: an autoscaler added them during the
+            // settle. Wait (within the same budget) for kubectl's rule again, then re-check.
+            Verdict::Incomplete { old: 0, .. } if !again => {
+                self.phase = Phase::WaitingRollout { again: true };
+                self.wait_rollout(None)
+            }
+            Verdict::Incomplete { detail, .. } => {
+                self.outcome.verification = Some(detail.clone());
+                let detail = format!("rollout completed but verification failed: {detail}");
+                self.fail(Failure::new(FailureCode::VerifyFailed, detail), now)
+            }
+            Verdict::Reverted { found } => {
+                self.phase = Phase::FindingReverters { found };
+                Action::FindReverters {
+                    target: self.bounce.target.clone(),
+                    since: restart.at,
+                }
+            }
+        }
+    }
+
+    fn on_reverted(&mut self, found: Option<String>, by: &Reverters, now: DateTime<Utc>) -> Action {
+        let method = self.restart_mut().method;
+        let note = format!(
+            "{} was reverted by {by} (now: {}); onRevert: {}",
+            annotation_label(method),
+            found.as_deref().unwrap_or("removed"),
+            self.bounce.on_revert.as_str()
+        );
+        self.outcome.verification = Some(note.clone());
+        let event = self.event(EventKind::Reverted, note.clone());
+        let managers = by.managers.clone();
+        if self.bounce.on_revert == OnRevert::Fail {
+            let next = self.finish(Status::Reverted { managers }, now);
+            return self.before(event, next);
+        }
+        // Evictions after a revert pass the same gates as an eviction bounce, on a fresh read.
+        self.phase = Phase::RecheckingEviction { note, managers };
+        let read = self.read(true);
+        self.before(event, read)
+    }
+
+    fn reverted_untouched(&mut self, revert: Revert, why: &str, now: DateTime<Utc>) -> Action {
+        self.outcome.verification = Some(format!("{}; nothing evicted: {why}", revert.note));
+        self.finish(
+            Status::Reverted {
+                managers: revert.managers,
+            },
+            now,
+        )
+    }
+
+    /// Evicts, one at a time, the live pods of `w` from before the bounce (all of them for an
+    /// eviction bounce; after a revert, those the rollout did not replace).
+    fn start_evictions(
+        &mut self,
+        w: Workload,
+        revert: Option<Revert>,
+        now: DateTime<Utc>,
+    ) -> Action {
+        let old = &self.restart.as_ref().expect("set before acting").old;
+        let live: Vec<_> = w.pods.iter().filter(|p| !p.deleting).collect();
+        let want = live.len().max(1);
+        let mut queue: Vec<PodRef> = live
+            .into_iter()
+            .filter(|p| old.contains(&p.uid))
+            .map(|p| PodRef {
+                name: p.name.clone(),
+                uid: p.uid.clone(),
+            })
+            .collect();
+        queue.sort_by(|a, b| a.name.cmp(&b.name));
+        self.next_eviction(queue, 0, want, revert, now)
+    }
+
+    fn next_eviction(
+        &mut self,
+        queue: Vec<PodRef>,
+        done: usize,
+        want: usize,
+        revert: Option<Revert>,
+        now: DateTime<Utc>,
+    ) -> Action {
+        if done == queue.len() {
+            self.outcome.completed_at = Some(now);
+            return match revert {
+                Some(r) => {
+                    self.outcome.verification =
+                        Some(format!("{}; {done} pods evicted one at a time", r.note));
+                    self.finish(
+                        Status::RevertedEvicted {
+                            managers: r.managers,
+                        },
+                        now,
+                    )
+                }
+                None => {
+                    self.outcome.verification = Some(format!("{done} pods replaced one at a time"));
+                    self.finish(Status::Bounced, now)
+                }
+            };
+        }
+        self.outcome.patched_at.get_or_insert(now);
+        let pod = queue[done].clone();
+        self.phase = Phase::Evicting {
+            queue,
+            done,
+            want,
+            revert,
+        };
+        Action::Evict {
+            target: self.bounce.target.clone(),
+            pod,
+            deadline: self.deadline(),
+        }
+    }
+
+    fn eviction_failed(
+        &mut self,
+        failure: Failure,
+        revert: Option<Revert>,
+        now: DateTime<Utc>,
+    ) -> Action {
+        let failure = match revert {
+            Some(r) => failure.after(&format!("{}; eviction failed", r.note)),
+            None => failure,
+        };
+        self.fail(failure, now)
+    }
+
+    /// The run was asked to stop during `phase`: a restart request the operator has not acted
+    /// on is withdrawn first; nothing new starts.
+    fn interrupted(&mut self, phase: Phase, now: DateTime<Utc>, stop: Option<&str>) -> Action {
+        let status = Status::Interrupted(stop.unwrap_or_default().to_string());
+        match phase {
+            Phase::Requesting { server, value } | Phase::WaitingOperator { server, value } => {
+                self.withdraw(server, value, status)
+            }
+            _ => self.finish(status, now),
+        }
+    }
+
+    fn withdraw(&mut self, server: McpServerRef, value: String, status: Status) -> Action {
+        self.phase = Phase::Withdrawing { status };
+        Action::Withdraw {
+            target: self.bounce.target.clone(),
+            server,
+            value,
+        }
+    }
+
+    fn skip(&mut self, reason: SkipReason, now: DateTime<Utc>) -> Action {
+        self.finish(Status::Skipped(reason), now)
+    }
+
+    fn fail(&mut self, failure: Failure, now: DateTime<Utc>) -> Action {
+        self.finish(Status::Failed(failure), now)
+    }
+
+    /// The outcome is decided: the attempt's mark records it (whatever the method: the cooldown,
+    /// the backoff and the breaker read it), the Event tells it, then the bounce is done.
+    fn finish(&mut self, status: Status, now: DateTime<Utc>) -> Action {
+        self.phase = Phase::Finishing;
+        self.outcome.finished = Some(now);
+        if let Status::Skipped(_) = status {
+            self.outcome.attempt = None;
+        } else if let Some(attempt) = &self.attempt {
+            let marked = attempt.with_outcome(attempt_outcome(&status));
+            self.outcome.attempt = Some(marked.clone());
+            self.queued.push_back(Action::Mark {
+                target: self.bounce.target.clone(),
+                attempt: marked,
+            });
+        }
+        let event = match &status {
+            Status::Bounced => Some(self.event(
+                EventKind::Bounced,
+                format!(
+                    "restarted by policy {} ({})",
+                    self.bounce.policy,
+                    self.outcome.verification.as_deref().unwrap_or("verified")
+                ),
+            )),
+            Status::Failed(why) => Some(self.event(EventKind::Failed, why.detail.clone())),
+            _ => None,
+        };
+        self.queued.extend(event);
+        self.outcome.status = status;
+        self.queued.pop_front().unwrap_or_else(|| self.done())
+    }
+
+    fn done(&mut self) -> Action {
+        let outcome = std::mem::replace(&mut self.outcome, Outcome::planned(self.bounce));
+        Action::Done(Box::new(outcome))
+    }
+
+    /// `first`, then `next` (whose answer the current phase waits for).
+    fn before(&mut self, first: Action, next: Action) -> Action {
+        self.queued.push_front(next);
+        first
+    }
+
+    fn event(&self, kind: EventKind, note: String) -> Action {
+        Action::Emit(Event {
+            target: self.bounce.target.clone(),
+            kind,
+            note,
+        })
+    }
+
+    fn mark_started(&self) -> Action {
+        Action::Mark {
+            target: self.bounce.target.clone(),
+            attempt: self.attempt.clone().expect("set before acting"),
+        }
+    }
+
+    fn read(&self, context: bool) -> Action {
+        Action::Read {
+            target: self.bounce.target.clone(),
+            context,
+            block_when: context
+                .then(|| self.limits.policy.block_when.clone())
+                .flatten(),
+        }
+    }
+
+    fn wait_rollout(&self, from: Option<String>) -> Action {
+        Action::Wait(Stage::Rollout {
+            target: self.bounce.target.clone(),
+            from,
+            deadline: self.deadline(),
+            timeout: self.limits.timeout,
+        })
+    }
+
+    fn deadline(&self) -> DateTime<Utc> {
+        self.deadline.expect("set at the start")
+    }
+
+    fn restart_mut(&mut self) -> &mut Restart {
+        self.restart.as_mut().expect("set before acting")
+    }
+}
+
+fn chrono_of(d: Duration) -> chrono::TimeDelta {
+    chrono::TimeDelta::from_std(d).unwrap_or(chrono::TimeDelta::MAX)
+}
+
+#[cfg(test)]
+#[path = "bounce_tests.rs"]
+pub(crate) mod tests;
