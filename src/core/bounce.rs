@@ -633,9 +633,12 @@ impl<'a> Machine<'a> {
     fn finish(&mut self, status: Status, now: DateTime<Utc>) -> Action {
         self.phase = Phase::Finishing;
         self.outcome.finished = Some(now);
+        // A verified rollout's mark rode on its restart patch and stands as written: one write
+        // per successful bounce (the planner reads `started` with new pods as bounced).
+        let rode_on_patch = status == Status::Bounced && self.outcome.method == Method::Rollout;
         if let Status::Skipped(_) = status {
             self.outcome.attempt = None;
-        } else if let Some(attempt) = &self.attempt {
+        } else if let Some(attempt) = self.attempt.as_ref().filter(|_| !rode_on_patch) {
             let marked = attempt.with_outcome(attempt_outcome(&status));
             self.outcome.attempt = Some(marked.clone());
             self.queued.push_back(Action::Mark {

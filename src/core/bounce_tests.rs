@@ -228,13 +228,13 @@ fn a_rollout_is_patched_waited_verified_marked_and_told() {
             "patch",
             "wait-rollout",
             "verify-read",
-            "mark",
             "event-bounced"
         ]
     );
     assert_eq!(out.status, Status::Bounced);
     assert_eq!(out.written.as_deref(), Some(WRITTEN));
-    assert_eq!(final_mark(&actions), Some(AttemptOutcome::Bounced));
+    // The mark rode on the restart patch: one write for the whole bounce.
+    assert_eq!(writes(&actions), 1);
     assert_eq!(
         out.verification.as_deref(),
         Some("restartedAt intact, 2/2 pods new and ready")
@@ -659,6 +659,7 @@ fn a_toolhive_restart_is_asked_conditionally_then_followed_and_verified() {
             "event-bounced"
         ]
     );
+    assert_eq!(final_mark(&actions), Some(AttemptOutcome::Bounced));
     let request = actions
         .iter()
         .find_map(|a| match a {
@@ -759,7 +760,10 @@ fn an_answer_to_another_action_fails_closed() {
     m.step(Observation::Begin, t(NOW), None);
     // A rollout's answer where the fresh read was asked for: the failure is told, nothing else.
     let a = m.step(Observation::RolledOut(Ok(())), t(NOW), None);
-    assert!(matches!(&a, Action::Emit(e) if e.kind == EventKind::Failed), "{a:?}");
+    assert!(
+        matches!(&a, Action::Emit(e) if e.kind == EventKind::Failed),
+        "{a:?}"
+    );
     let a = m.step(Observation::Emitted, t(NOW), None);
     let Action::Done(out) = a else {
         panic!("expected the end, got {a:?}")

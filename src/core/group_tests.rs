@@ -211,3 +211,53 @@ fn a_member_claimed_by_another_policy_holds_the_group() {
         ]
     );
 }
+
+/// A group a run left half restarted (the backend bounced, the proxy skipped on its fresh read)
+/// is finished by the next run though the backend is in its cooldown; a group whose members
+/// were all restarted since is not.
+#[test]
+fn a_half_restarted_group_is_finished_on_the_next_run() {
+    use crate::core::mark::{Attempt, AttemptMark, AttemptOutcome};
+    let bounced = t("2026-03-10T03:00:00Z");
+    let mut backend = member(Kind::StatefulSet, "mcp", "fetch", "fetch", 100);
+    backend.pods[0].started = Some(bounced + chrono::TimeDelta::seconds(20));
+    backend.attempt = AttemptMark::Seen(Attempt {
+        time: bounced,
+        policy: "mcp".into(),
+        method: Method::Rollout,
+        outcome: AttemptOutcome::Started,
+    });
+    let proxy = member(Kind::Deployment, "mcp", "fetch", "fetch", 100);
+    let mut p = grouped();
+    p.cooldown = std::time::Duration::from_secs(6 * 3600);
+    let plan = run(
+        &[p.clone()],
+        &inventory(vec![backend.clone(), proxy.clone()]),
+    );
+    assert_eq!(names(&plan), ["fetch"], "{plan:#?}");
+    assert_eq!(plan.bounces[0].target.kind, Kind::Deployment);
+    assert_eq!(
+        plan.bounces[0].triggers[0].to_string(),
+        "group (statefulset/mcp/fetch is due)"
+    );
+    // The backend itself is not due again: it only starts the group's bounce.
+    assert_eq!(reason_of(&plan, "fetch").code(), "notDue");
+
+    // The proxy restarted after the backend's bounce: the group is whole, nothing is due.
+    let mut whole = proxy;
+    whole.pods[0].started = Some(bounced + chrono::TimeDelta::seconds(90));
+    let plan = run(&[p.clone()], &inventory(vec![backend.clone(), whole]));
+    assert!(plan.bounces.is_empty(), "{plan:#?}");
+
+    // A mark of another policy, or of a bounce that did not restart the pods, starts nothing.
+    let mut other = backend;
+    other.pods[0].started = Some(t(OLD));
+    let plan = run(
+        &[p],
+        &inventory(vec![
+            other,
+            member(Kind::Deployment, "mcp", "fetch", "fetch", 100),
+        ]),
+    );
+    assert!(plan.bounces.is_empty(), "{plan:#?}");
+}

@@ -11,6 +11,7 @@ pub use crate::core::gates::{
 };
 use crate::core::group::{self, Group};
 use crate::core::history::Prometheus;
+use crate::core::mark::{AttemptMark, AttemptOutcome};
 use crate::core::memory::{self, Evaluation, MemoryReading, MemoryState};
 pub use crate::core::model::Method;
 use crate::core::model::{Inventory, Kind, Workload, WorkloadRef};
@@ -336,10 +337,21 @@ fn group_units(
             (group::rank(a.target.kind), &a.target.name)
                 .cmp(&(group::rank(b.target.kind), &b.target.name))
         });
-        let Some(due) = members
+        // A group a run left half restarted is finished first: its bounced members (now in
+        // their cooldown) leave it, and the members not restarted since are due with them.
+        let started = unfinished(policy, &members, now);
+        if let Some((_, at)) = &started {
+            let (finished, rest): (Vec<_>, Vec<_>) = members.into_iter().partition(|(w, d)| {
+                d.is_err() && bounced_at(policy, w).is_some_and(|t| t >= *at - GROUP_SPAN)
+            });
+            skips.extend(finished.into_iter().filter_map(|(_, d)| d.err()));
+            members = rest;
+        }
+        let due = members
             .iter()
             .find_map(|(_, d)| Some(d.as_ref().ok()?.bounce.target.clone()))
-        else {
+            .or(started.map(|(member, _)| member));
+        let Some(due) = due.filter(|_| !members.is_empty()) else {
             skips.extend(members.into_iter().filter_map(|(_, d)| d.err()));
             continue;
         };
@@ -385,6 +397,52 @@ fn group_units(
             }
         }));
     }
+}
+
+/// How far apart the members of one group's bounce may be marked (one run bounces them one
+/// after the other, each within its timeout).
+const GROUP_SPAN: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+
+/// When this policy's last bounce of `w` that restarted every pod began, from its mark (a
+/// verified rollout's mark stays `started`: its pods, all newer than it, tell the rest).
+fn bounced_at(policy: &Policy, w: &Workload) -> Option<DateTime<Utc>> {
+    let AttemptMark::Seen(a) = &w.attempt else {
+        return None;
+    };
+    let restarted = match a.outcome {
+        AttemptOutcome::Bounced => true,
+        AttemptOutcome::Started => oldest_start(w).is_some_and(|t| t >= a.time),
+        _ => false,
+    };
+    (a.policy == policy.name && restarted).then_some(a.time)
+}
+
+/// A group left half restarted: a member this policy bounced within its cooldown (not due
+/// again by itself) and the time of that bounce, when another member has not been restarted
+/// since.
+fn unfinished(
+    policy: &Policy,
+    members: &[Decided],
+    now: DateTime<Utc>,
+) -> Option<(WorkloadRef, DateTime<Utc>)> {
+    let cooldown = chrono::TimeDelta::from_std(policy.cooldown).unwrap_or(chrono::TimeDelta::MAX);
+    let (member, at) = members
+        .iter()
+        .filter(|(_, d)| d.is_err())
+        .filter_map(|(w, _)| Some((w.target.clone(), bounced_at(policy, w)?)))
+        .filter(|(_, at)| now < *at + cooldown)
+        .max_by_key(|(_, at)| *at)?;
+    let restarted = |w: &Workload| {
+        [w.restarted_at, oldest_start(w)]
+            .into_iter()
+            .flatten()
+            .max()
+    };
+    let left = members.iter().any(|(w, _)| {
+        bounced_at(policy, w).is_none_or(|t| t < at - GROUP_SPAN)
+            && restarted(w).is_some_and(|r| r < at)
+    });
+    left.then_some((member, at))
 }
 
 /// A workload is selected when its pod template (or any of its pods) carries matching labels.

@@ -38,6 +38,10 @@ enum Between {
         found: Option<String>,
         pending: Vec<usize>,
     },
+    /// Giving the owner of the last restart `settle` after its completion to revert it.
+    Settling {
+        pending: Vec<usize>,
+    },
     /// The Event of a late revert went out: on to the next confirmation.
     Resuming {
         pending: Vec<usize>,
@@ -144,7 +148,9 @@ impl<'a> Queue<'a> {
                 self.between = Between::Resuming { pending };
                 event
             }
-            Between::Resuming { pending } => self.advance_confirming(pending, now, stop),
+            Between::Resuming { pending } | Between::Settling { pending } => {
+                self.advance_confirming(pending, now, stop)
+            }
             Between::CheckingGroup { members, at } => {
                 self.on_group_read(members, at, seen, now, stop)
             }
@@ -197,6 +203,16 @@ impl<'a> Queue<'a> {
             // Earlier restarts intact, before another rollout starts beside a reverted one.
             let pending = self.due_confirmations();
             if !pending.is_empty() {
+                // An owner that reverts on its next reconcile shows itself after the rollout, not
+                // at the verification right after it: give it `settle` before the next starts.
+                let settled =
+                    self.outcomes.last().and_then(|o| o.completed_at).map(|at| {
+                        at + chrono::TimeDelta::from_std(self.settle).unwrap_or_default()
+                    });
+                if let Some(until) = settled.filter(|u| *u > now) {
+                    self.between = Between::Settling { pending };
+                    return Action::Sleep { until };
+                }
                 return self.advance_confirming(pending, now, stop);
             }
             if let Some(key) = key

@@ -7,6 +7,7 @@ mod explain;
 mod faults;
 mod ground;
 mod harness;
+mod machine;
 mod metrics;
 mod notify;
 mod overrides;

@@ -24,7 +24,8 @@ use serde_json::Value;
 
 use crate::harness::{
     Bounced, Policies, audit_all_since, audit_mark, audit_since, audit_time, audited, bouncer,
-    bouncer_events, deployment, next_minute, pod_uids, policy, restarted_at_of,
+    bouncer_events, deployment, finish, next_minute, pod_uids, policy, restarted_at_of,
+    spawn_bouncer,
 };
 use crate::revert::{EVERY_MINUTE, assert_one_at_a_time, eviction_answers, evictions};
 
@@ -645,6 +646,43 @@ async fn toolhive_v0_45_restarts_an_mcp_server_through_its_resource() {
     );
     let annotations = mcp_server_annotations(&client, n, &operator).await;
     assert!(annotations[CR_RESTARTED_AT].is_null(), "{annotations:#}");
+    assert_eq!(pod_uids(&client, n, PROXY_PODS).await, before);
+
+    // Stopped (SIGTERM) while it waits for the operator: the request is withdrawn all the same,
+    // so no operator acts on it later, with whatever strategy the resource has by then.
+    let running = spawn_bouncer(&["run"], &policies, n, &[]);
+    let asked = tokio::time::timeout(READY, async {
+        loop {
+            if mcp_server_annotations(&client, n, &operator).await[CR_RESTARTED_AT].is_string() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(
+        asked.is_ok(),
+        "bouncer never asked the MCPServer for a restart"
+    );
+    let pid = running.id().expect("bouncer is running").to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success(), "kill -TERM {pid}");
+    let stopped = finish(running).await;
+    assert_eq!(stopped.code, 1, "{}", report(&stopped));
+    assert_eq!(
+        stopped.row("fetch")["decision"],
+        "interrupted",
+        "{}",
+        report(&stopped)
+    );
+    let annotations = mcp_server_annotations(&client, n, &operator).await;
+    assert!(
+        annotations[CR_RESTARTED_AT].is_null(),
+        "withdrawn: {annotations:#}"
+    );
     assert_eq!(pod_uids(&client, n, PROXY_PODS).await, before);
 
     let resumed = operator.resume().await;

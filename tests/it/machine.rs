@@ -1,0 +1,252 @@
+//! The bounce machine on the real API server: what changes during a run (a namespace opt-out,
+//! a revert after verification, a group member that became unbounceable, a revert of a
+//! singleton) is seen before the next action, and never answered by more disruption.
+
+use std::time::Duration;
+
+use bouncer_testkit::{
+    Kind, RESTARTED_AT, TestNs, client, create, deployment, wait_rollout_complete,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::harness::{
+    Policies, audit_mark, audit_since, audited, bouncer, bouncer_env, finish, next_minute,
+    patch_deployment, pod_uids, policy, restarted_at_of, spawn_bouncer, wait_restarted_at,
+};
+
+const READY: Duration = Duration::from_secs(180);
+const EVERY_MINUTE: &str =
+    "  triggers:\n    schedule: {cron: \"* * * * *\", startingDeadline: 5m}\n  cooldown: 1s\n";
+
+async fn deploy(client: &Client, ns: &str, d: Deployment) {
+    let name = d.metadata.name.clone().unwrap();
+    create(client, ns, &d).await.expect("create deployment");
+    wait_rollout_complete(client, Kind::Deployment, ns, &name, READY)
+        .await
+        .expect("deployment ready");
+}
+
+/// A Deployment whose rollouts take a while (minReadySeconds), so a test can act during one.
+fn slow(name: &str, replicas: i32, labels: &[(&str, &str)]) -> Deployment {
+    let mut d = deployment(name, replicas, labels);
+    d.spec.as_mut().unwrap().min_ready_seconds = Some(5);
+    d
+}
+
+/// An owner that takes kubectl's restartedAt away as soon as it sees it (as a GitOps
+/// controller or an operator that reconciles its template does), until aborted.
+fn revert_restarts(client: &Client, ns: &str, name: &'static str) -> tokio::task::JoinHandle<()> {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    tokio::spawn(async move {
+        let remove = json!({"spec": {"template": {"metadata": {"annotations": {
+            RESTARTED_AT: null
+        }}}}});
+        let params = PatchParams {
+            field_manager: Some("owner".into()),
+            ..Default::default()
+        };
+        loop {
+            if let Ok(d) = api.get(name).await
+                && d.spec
+                    .as_ref()
+                    .and_then(|s| s.template.metadata.as_ref())
+                    .and_then(|m| m.annotations.as_ref())
+                    .is_some_and(|a| a.contains_key(RESTARTED_AT))
+            {
+                let _ = api.patch(name, &params, &Patch::Merge(&remove)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+/// Hole 9: the namespace opts out while the first bounce rolls; the second, planned before, is
+/// skipped on its fresh read (namespaceExcluded) and never patched.
+#[tokio::test]
+async fn a_namespace_opt_out_during_the_run_stops_the_next_bounce() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "optout-live").await;
+    let n = ns.name();
+    for name in ["first", "second"] {
+        deploy(&client, n, slow(name, 2, &[("app", name), ("live", "yes")])).await;
+    }
+    let policies = Policies::new(&[(
+        "p.yaml",
+        &policy("live", n, "{live: \"yes\"}", EVERY_MINUTE),
+    )]);
+    next_minute(Duration::from_secs(1)).await;
+    let running = spawn_bouncer(&["run"], &policies, n, &[]);
+    let (bounced, left) = tokio::select! {
+        _ = wait_restarted_at(&client, n, "first", READY) => ("first", "second"),
+        _ = wait_restarted_at(&client, n, "second", READY) => ("second", "first"),
+    };
+    let exclude = json!({"metadata": {"annotations": {"bouncer.dev/exclude": "true"}}});
+    Api::<Namespace>::all(client.clone())
+        .patch(n, &PatchParams::default(), &Patch::Merge(&exclude))
+        .await
+        .unwrap();
+    let run = finish(running).await;
+    assert_eq!(
+        run.code, 0,
+        "stderr: {}\nreport: {:#}",
+        run.stderr, run.report
+    );
+    assert_eq!(run.row(bounced)["decision"], "bounced", "{:#}", run.report);
+    let row = run.row(left);
+    assert_eq!(
+        (row["decision"].as_str(), row["reasonCode"].as_str()),
+        (Some("skipped"), Some("namespaceExcluded")),
+        "{row:#}"
+    );
+    assert_eq!(
+        restarted_at_of(&client, n, left).await,
+        None,
+        "{left} was patched"
+    );
+}
+
+/// Hole 10: an owner reverts the first restart a few seconds after its rollout completed; the
+/// queue sees it before the second bounce starts, halts, and the second is never patched.
+#[tokio::test]
+async fn a_revert_after_the_verification_halts_the_queue_before_the_next_rollout() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "late-revert").await;
+    let n = ns.name();
+    // Created first, so its pods are the oldest: the queue bounces it first.
+    deploy(
+        &client,
+        n,
+        slow("a-first", 2, &[("app", "a-first"), ("late", "yes")]),
+    )
+    .await;
+    deploy(
+        &client,
+        n,
+        deployment("b-next", 1, &[("app", "b-next"), ("late", "yes")]),
+    )
+    .await;
+    let policies = Policies::new(&[(
+        "p.yaml",
+        &policy("late", n, "{late: \"yes\"}", EVERY_MINUTE),
+    )]);
+    next_minute(Duration::from_secs(1)).await;
+    let next_pods = pod_uids(&client, n, "app=b-next").await;
+    let running = spawn_bouncer(&["run"], &policies, n, &[("BOUNCER_VERIFY_SETTLE", "10s")]);
+    wait_restarted_at(&client, n, "a-first", READY).await;
+    wait_rollout_complete(&client, Kind::Deployment, n, "a-first", READY)
+        .await
+        .expect("a-first rolled out");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let reverter = revert_restarts(&client, n, "a-first");
+    let run = finish(running).await;
+    reverter.abort();
+    assert_eq!(
+        run.code, 1,
+        "stderr: {}\nreport: {:#}",
+        run.stderr, run.report
+    );
+    assert_eq!(
+        run.queue(),
+        [
+            ("a-first".to_string(), "reverted".to_string()),
+            ("b-next".to_string(), "notAttempted".to_string())
+        ],
+        "{:#}",
+        run.report
+    );
+    assert_eq!(restarted_at_of(&client, n, "b-next").await, None);
+    assert_eq!(pod_uids(&client, n, "app=b-next").await, next_pods);
+}
+
+/// Hole 12: a group whose second member became unbounceable during the first member's rollout
+/// is finished on the next run, though the first member is in its cooldown; groups are told
+/// apart by namespace.
+#[tokio::test]
+async fn a_half_restarted_group_is_finished_on_the_next_run() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "half-group").await;
+    let n = ns.name();
+    let labels = |app: &'static str| [("app", app), ("grp", "g1")];
+    deploy(&client, n, slow("a-backend", 2, &labels("a-backend"))).await;
+    deploy(&client, n, deployment("b-proxy", 1, &labels("b-proxy"))).await;
+    let extra = "  target:\n    groupBy: grp\n  triggers:\n    schedule: {cron: \"* * * * *\", startingDeadline: 5m}\n  cooldown: 6h\n";
+    let doc = format!(
+        "apiVersion: bouncer.dev/v1alpha1\nkind: BouncePolicy\nmetadata:\n  name: grouped\nspec:\n  target:\n    namespaces: [{n}]\n    selector:\n      matchLabels: {{grp: g1}}\n    groupBy: grp\n{}",
+        &extra[extra.find("  triggers").unwrap()..]
+    );
+    let policies = Policies::new(&[("p.yaml", &doc)]);
+    next_minute(Duration::from_secs(1)).await;
+    let running = spawn_bouncer(&["run"], &policies, n, &[]);
+    // The backend goes first (it is older and named first); the proxy is paused meanwhile.
+    wait_restarted_at(&client, n, "a-backend", READY).await;
+    patch_deployment(&client, n, "b-proxy", json!({"spec": {"paused": true}})).await;
+    let first = finish(running).await;
+    assert_eq!(
+        first.row("a-backend")["decision"],
+        "bounced",
+        "{:#}",
+        first.report
+    );
+    assert_eq!(
+        first.row("b-proxy")["reasonCode"],
+        "paused",
+        "{:#}",
+        first.report
+    );
+
+    patch_deployment(&client, n, "b-proxy", json!({"spec": {"paused": false}})).await;
+    wait_rollout_complete(&client, Kind::Deployment, n, "b-proxy", READY)
+        .await
+        .expect("b-proxy resumed");
+    let second = bouncer(&["run"], &policies, n).await;
+    assert_eq!(
+        second.code, 0,
+        "stderr: {}\nreport: {:#}",
+        second.stderr, second.report
+    );
+    assert_eq!(second.bounced(), ["b-proxy"], "{:#}", second.report);
+    assert_eq!(
+        second.row("a-backend")["reasonCode"],
+        "cooldown",
+        "{:#}",
+        second.report
+    );
+}
+
+/// Hole 2: a single-replica Deployment whose restart an owner reverts, under onRevert: evict
+/// without allowDowntime, is reported reverted and its only pod is not evicted.
+#[tokio::test]
+async fn a_reverted_singleton_is_not_evicted_without_allow_downtime() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "revert-single").await;
+    let n = ns.name();
+    deploy(&client, n, deployment("solo", 1, &[("app", "solo")])).await;
+    let extra = format!("{EVERY_MINUTE}  restart: {{onRevert: evict}}\n");
+    let policies = Policies::new(&[("p.yaml", &policy("solo", n, "{app: solo}", &extra))]);
+    next_minute(Duration::from_secs(1)).await;
+    let reverter = revert_restarts(&client, n, "solo");
+    let mark = audit_mark();
+    let run = bouncer_env(&["run"], &policies, n, &[]).await;
+    reverter.abort();
+    let row = run.row("solo");
+    assert_eq!(row["decision"], "reverted", "{row:#}");
+    assert!(
+        row["verification"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("nothing evicted"),
+        "{row:#}"
+    );
+    assert_eq!(run.code, 1, "stderr: {}", run.stderr);
+    if let Some(mark) = mark {
+        let log = audit_since(mark);
+        assert!(
+            audited(&log, "create", "pods/eviction", n).is_empty(),
+            "the only pod was evicted"
+        );
+    }
+}
