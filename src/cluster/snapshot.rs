@@ -458,13 +458,16 @@ pub async fn read_context(
     namespace: &str,
 ) -> Result<(BTreeSet<String>, Vec<Pdb>), kube::Error> {
     let scope = [namespace.to_string()];
+    // A LIST by name: the chart grants list on namespaces, not get.
     let excluded = async {
-        let url = format!("{}/{namespace}", Namespace::url_path(&(), None));
-        let req = http::Request::get(url)
-            .body(Vec::new())
-            .map_err(|e| kube::Error::BuildRequest(kube::core::request::Error::BuildRequest(e)))?;
-        let n: wire::Namespace = client.request(req).await?;
-        Ok::<_, kube::Error>(excluded_namespace(n).into_iter().collect::<BTreeSet<_>>())
+        let url = Namespace::url_path(&(), None);
+        let by_name = ListParams::default().fields(&format!("metadata.name={namespace}"));
+        let mut excluded = BTreeSet::new();
+        pages(client, &url, &by_name, |n: wire::Namespace| {
+            excluded.extend(excluded_namespace(n));
+        })
+        .await?;
+        Ok::<_, kube::Error>(excluded)
     };
     let pdbs = list(
         client,

@@ -173,12 +173,12 @@ async fn a_half_restarted_group_is_finished_on_the_next_run() {
     let labels = |app: &'static str| [("app", app), ("grp", "g1")];
     deploy(&client, n, slow("a-backend", 2, &labels("a-backend"))).await;
     deploy(&client, n, deployment("b-proxy", 1, &labels("b-proxy"))).await;
-    let extra = "  target:\n    groupBy: grp\n  triggers:\n    schedule: {cron: \"* * * * *\", startingDeadline: 5m}\n  cooldown: 6h\n";
+    // A cooldown the pods are past at the first run, and the backend is not at the second.
     let doc = format!(
-        "apiVersion: bouncer.dev/v1alpha1\nkind: BouncePolicy\nmetadata:\n  name: grouped\nspec:\n  target:\n    namespaces: [{n}]\n    selector:\n      matchLabels: {{grp: g1}}\n    groupBy: grp\n{}",
-        &extra[extra.find("  triggers").unwrap()..]
+        "apiVersion: bouncer.dev/v1alpha1\nkind: BouncePolicy\nmetadata:\n  name: grouped\nspec:\n  target:\n    namespaces: [{n}]\n    selector:\n      matchLabels: {{grp: g1}}\n    groupBy: grp\n  triggers:\n    schedule: {{cron: \"* * * * *\", startingDeadline: 5m}}\n  cooldown: 75s\n"
     );
     let policies = Policies::new(&[("p.yaml", &doc)]);
+    tokio::time::sleep(Duration::from_secs(75)).await;
     next_minute(Duration::from_secs(1)).await;
     let running = spawn_bouncer(&["run"], &policies, n, &[]);
     // The backend goes first (it is older and named first); the proxy is paused meanwhile.
