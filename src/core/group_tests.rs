@@ -6,14 +6,13 @@ use crate::core::group::Group;
 use std::sync::Arc;
 
 /// A workload of MCP server `server` (its pod template labelled `toolhive-name: server`), one
-/// pod using `usage` MiB.
+/// pod using `usage` MiB; a StatefulSet has two (one alone would be downtime).
 fn member(kind: Kind, ns: &str, name: &str, server: &str, usage: u64) -> Workload {
-    let mut w = deployment(
-        ns,
-        name,
-        "x",
-        vec![pod(&format!("{name}-0"), "x", OLD, Some(usage))],
-    );
+    let replicas = if kind == Kind::StatefulSet { 2 } else { 1 };
+    let pods = (0..replicas)
+        .map(|i| pod(&format!("{name}-{i}"), "x", OLD, Some(usage)))
+        .collect();
+    let mut w = deployment(ns, name, "x", pods);
     w.target.kind = kind;
     Arc::make_mut(&mut w.template_labels).insert("toolhive-name".into(), server.into());
     w
@@ -85,7 +84,7 @@ fn a_member_that_cannot_be_bounced_holds_the_whole_group() {
         plan.skips[0]
             .reason
             .to_string()
-            .starts_with("group held by statefulset/mcp/fetch: not fully available (0/1 ready)"),
+            .starts_with("group held by statefulset/mcp/fetch: not fully available (1/2 ready)"),
         "{}",
         plan.skips[0].reason
     );

@@ -1,0 +1,271 @@
+//! How many of a workload's pods a restart takes away at once, and so how many stay ready
+//! while it runs: from the numbers its update strategy sets (replicas, maxSurge,
+//! maxUnavailable, Recreate), rounded as each controller rounds them (k8s.io/kubernetes
+//! v1.36 `pkg/controller/{deployment,statefulset,daemon}`).
+
+use crate::core::model::{IntOrPercent, Kind, Method, UpdateStrategy, Workload};
+
+/// What a controller's rolling update may do at once, resolved against the replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RolloutBounds {
+    /// Pods it may take away before their replacements are available.
+    pub max_unavailable: i32,
+    /// Pods it may add above the replicas (new ones started before old ones go).
+    pub max_surge: i32,
+}
+
+/// `GetScaledValueFromIntOrPercent`: a count as written, a percentage of `total` rounded up
+/// or down.
+pub fn scaled(v: IntOrPercent, total: i32, round_up: bool) -> i32 {
+    match v {
+        IntOrPercent::Int(n) => n,
+        IntOrPercent::Percent(p) => {
+            let x = i64::from(p) * i64::from(total);
+            let q = if round_up {
+                x.div_euclid(100) + i64::from(x.rem_euclid(100) != 0)
+            } else {
+                x.div_euclid(100)
+            };
+            q.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
+        }
+    }
+}
+
+/// The bounds the workload's controller applies when it rolls its pods; `None` where a
+/// template change replaces no pod (OnDelete, a bare pod).
+pub fn rollout_bounds(w: &Workload) -> Option<RolloutBounds> {
+    let replicas = w.status.desired.max(0);
+    let r = w.rolling;
+    let (unavailable, surge) = match (w.target.kind, w.strategy) {
+        (Kind::Pod, _) | (_, UpdateStrategy::OnDelete) => return None,
+        // Recreate: every old pod goes before a new one starts.
+        (Kind::Deployment, UpdateStrategy::Recreate) => (replicas, 0),
+        // ResolveFenceposts: surge rounds up, unavailable down, both default 25%; both zero
+        // (a percentage rounded away) means one unavailable.
+        (Kind::Deployment, _) => {
+            let surge = scaled(
+                r.max_surge.unwrap_or(IntOrPercent::Percent(25)),
+                replicas,
+                true,
+            );
+            let unavailable = scaled(
+                r.max_unavailable.unwrap_or(IntOrPercent::Percent(25)),
+                replicas,
+                false,
+            );
+            if surge <= 0 && unavailable <= 0 {
+                (1, 0)
+            } else {
+                (unavailable, surge)
+            }
+        }
+        // getStatefulSetMaxUnavailable: default 1, a percentage rounds down, at least 1. The
+        // field is honoured by controllers with the MaxUnavailableStatefulSet feature (beta,
+        // off by default in v1.36; the API server drops it where the gate is off): where the
+        // spec carries it, bouncer assumes the controller honours it, the careful reading.
+        (Kind::StatefulSet, _) => (
+            scaled(
+                r.max_unavailable.unwrap_or(IntOrPercent::Int(1)),
+                replicas,
+                false,
+            )
+            .max(1),
+            0,
+        ),
+        // UnavailableCount / SurgeCount: both round up; both zero means one unavailable.
+        (Kind::DaemonSet, _) => {
+            let unavailable = scaled(
+                r.max_unavailable.unwrap_or(IntOrPercent::Int(1)),
+                replicas,
+                true,
+            );
+            let surge = scaled(r.max_surge.unwrap_or(IntOrPercent::Int(0)), replicas, true);
+            if replicas > 0 && unavailable <= 0 && surge <= 0 {
+                (1, 0)
+            } else {
+                (unavailable, surge)
+            }
+        }
+    };
+    Some(RolloutBounds {
+        max_unavailable: unavailable.clamp(0, replicas),
+        max_surge: surge.max(0),
+    })
+}
+
+/// Pods of the workload that are ready now (a pod being deleted is already going).
+pub fn ready_now(w: &Workload) -> i32 {
+    w.pods.iter().filter(|p| p.ready && !p.deleting).count() as i32
+}
+
+/// How many of the workload's pods the restart takes away at once: what every covering
+/// PodDisruptionBudget must allow. A surge-only rollout takes none: the controller removes an
+/// old pod only once its replacement is available.
+pub fn taken_at_once(w: &Workload, method: Method) -> i32 {
+    match method {
+        Method::Evict => i32::from(ready_now(w) > 0),
+        // The operator restarts through the same Deployment rollout.
+        Method::Rollout | Method::Toolhive => rollout_bounds(w).map_or(0, |b| b.max_unavailable),
+    }
+}
+
+/// Pods that stay ready while the restart runs: the replicas less what a rollout may take
+/// away, or the ready pods less the one being evicted.
+pub fn min_ready(w: &Workload, method: Method) -> i32 {
+    match method {
+        Method::Evict => (ready_now(w) - 1).max(0),
+        Method::Rollout | Method::Toolhive => match rollout_bounds(w) {
+            Some(b) => w.status.desired.max(0) - b.max_unavailable,
+            None => 0,
+        },
+    }
+}
+
+impl Workload {
+    /// Pods that stay ready while a rollout of this workload runs (see [`min_ready`]).
+    pub fn min_ready_during_restart(&self) -> i32 {
+        min_ready(self, Method::Rollout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::RollingParams;
+    use crate::core::plan::tests::{OLD, deployment, pod};
+    use IntOrPercent::{Int, Percent};
+
+    fn bounds(
+        kind: Kind,
+        strategy: UpdateStrategy,
+        n: usize,
+        surge: Option<IntOrPercent>,
+        unavailable: Option<IntOrPercent>,
+    ) -> Option<(i32, i32)> {
+        let pods = (0..n)
+            .map(|i| pod(&format!("w-{i}"), "x", OLD, None))
+            .collect();
+        let mut w = deployment("a", "w", "x", pods);
+        w.target.kind = kind;
+        w.strategy = strategy;
+        w.rolling = RollingParams {
+            max_surge: surge,
+            max_unavailable: unavailable,
+        };
+        rollout_bounds(&w).map(|b| (b.max_unavailable, b.max_surge))
+    }
+
+    /// (maxUnavailable, maxSurge) as k8s.io/kubernetes v1.36's controllers resolve them.
+    #[test]
+    fn bounds_resolve_as_the_controllers_do() {
+        use Kind::{DaemonSet, Deployment, Pod, StatefulSet};
+        use UpdateStrategy::{OnDelete, Recreate, RollingUpdate};
+        let cases = [
+            // Deployment: 25%/25% by default, surge up, unavailable down.
+            (Deployment, RollingUpdate, 10, None, None, Some((2, 3))),
+            (Deployment, RollingUpdate, 1, None, None, Some((0, 1))),
+            (
+                Deployment,
+                RollingUpdate,
+                3,
+                Some(Percent(0)),
+                Some(Percent(10)),
+                Some((1, 0)),
+            ),
+            (
+                Deployment,
+                RollingUpdate,
+                3,
+                Some(Int(2)),
+                Some(Int(9)),
+                Some((3, 2)),
+            ),
+            (
+                Deployment,
+                Recreate,
+                3,
+                Some(Int(2)),
+                Some(Int(0)),
+                Some((3, 0)),
+            ),
+            // StatefulSet: default 1, percentages down, at least 1, no surge.
+            (StatefulSet, RollingUpdate, 5, None, None, Some((1, 0))),
+            (
+                StatefulSet,
+                RollingUpdate,
+                5,
+                None,
+                Some(Percent(10)),
+                Some((1, 0)),
+            ),
+            (
+                StatefulSet,
+                RollingUpdate,
+                5,
+                None,
+                Some(Percent(50)),
+                Some((2, 0)),
+            ),
+            (
+                StatefulSet,
+                RollingUpdate,
+                5,
+                None,
+                Some(Int(5)),
+                Some((5, 0)),
+            ),
+            (StatefulSet, OnDelete, 5, None, Some(Int(5)), None),
+            // DaemonSet: default 1 and 0, both round up, both zero means 1.
+            (DaemonSet, RollingUpdate, 5, None, None, Some((1, 0))),
+            (
+                DaemonSet,
+                RollingUpdate,
+                5,
+                None,
+                Some(Percent(10)),
+                Some((1, 0)),
+            ),
+            (
+                DaemonSet,
+                RollingUpdate,
+                5,
+                None,
+                Some(Percent(30)),
+                Some((2, 0)),
+            ),
+            (
+                DaemonSet,
+                RollingUpdate,
+                5,
+                Some(Percent(10)),
+                Some(Int(0)),
+                Some((0, 1)),
+            ),
+            (
+                DaemonSet,
+                RollingUpdate,
+                5,
+                Some(Int(0)),
+                Some(Int(0)),
+                Some((1, 0)),
+            ),
+            (Pod, RollingUpdate, 1, None, None, None),
+        ];
+        for (kind, strategy, n, surge, unavailable, want) in cases {
+            assert_eq!(
+                bounds(kind, strategy, n, surge, unavailable),
+                want,
+                "{kind} {strategy:?} {n} surge {surge:?} unavailable {unavailable:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn scaled_rounds_like_go() {
+        assert_eq!(scaled(Percent(34), 3, true), 2);
+        assert_eq!(scaled(Percent(34), 3, false), 1);
+        assert_eq!(scaled(Percent(100), 7, false), 7);
+        assert_eq!(scaled(Percent(0), 7, true), 0);
+        assert_eq!(scaled(Int(4), 2, true), 4);
+    }
+}
