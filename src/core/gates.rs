@@ -167,11 +167,3 @@ fn method_for(policy: &Policy, w: &Workload) -> Result<Method, SkipReason> {
 pub fn oldest_start(w: &Workload) -> Option<DateTime<Utc>> {
     w.pods.iter().filter_map(|p| p.started).min()
 }
-
-#[cfg(test)]
-#[path = "gates_tests.rs"]
-mod tests;
-
-#[cfg(test)]
-#[path = "gates_props.rs"]
-mod props;

@@ -23,3 +23,9 @@ pub mod selector;
 pub mod toolhive;
 pub mod trend;
 pub mod verify;
+
+// Tests of the safety gates across modules; they build workloads with the planner's test kit.
+#[cfg(test)]
+mod invariant_tests;
+#[cfg(test)]
+mod safety_tests;

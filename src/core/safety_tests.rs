@@ -1,10 +1,10 @@
-//! Table tests of the gates this module decides: the opt-out's values, the pods a restart
-//! leaves ready by kind and strategy, and the disruption budgets a rollout or an eviction
-//! must fit in.
+//! Table tests of the safety gates: the opt-out's values, the bounds each controller resolves
+//! from its strategy, the pods a restart leaves ready by kind and strategy, and the disruption
+//! budgets a rollout or an eviction must fit in.
 
 use std::collections::BTreeSet;
 
-use super::{excludes, identity_gates, preflight, unclear_exclude};
+use crate::core::gates::{excludes, identity_gates, preflight, unclear_exclude};
 use crate::core::literals::EXCLUDE_ANNOTATION;
 use crate::core::model::{
     IntOrPercent, Kind, Method, Pdb, StsRollingUpdate, UpdateStrategy, Workload,
@@ -355,4 +355,147 @@ fn a_restart_fits_in_every_covering_disruption_budget() {
     p.restart.method = RestartMethod::Toolhive;
     assert_eq!(preflight(&p, &owned, &[]), Ok(Method::Toolhive));
     assert_eq!(preflight(&p, &owned, &[budget("a", "x", 0)]), blocked("x"));
+}
+
+/// `core::disruption` alone: the controllers' rounding.
+mod bounds {
+    use crate::core::disruption::{rollout_bounds, scaled};
+    use crate::core::model::RollingParams;
+    use crate::core::model::{IntOrPercent, Kind, UpdateStrategy};
+    use crate::core::plan::tests::{OLD, deployment, pod};
+    use IntOrPercent::{Int, Percent};
+
+    fn bounds(
+        kind: Kind,
+        strategy: UpdateStrategy,
+        n: usize,
+        surge: Option<IntOrPercent>,
+        unavailable: Option<IntOrPercent>,
+    ) -> Option<(i32, i32)> {
+        let pods = (0..n)
+            .map(|i| pod(&format!("w-{i}"), "x", OLD, None))
+            .collect();
+        let mut w = deployment("a", "w", "x", pods);
+        w.target.kind = kind;
+        w.strategy = strategy;
+        w.rolling = RollingParams {
+            max_surge: surge,
+            max_unavailable: unavailable,
+        };
+        rollout_bounds(&w).map(|b| (b.max_unavailable, b.max_surge))
+    }
+
+    /// (maxUnavailable, maxSurge) as k8s.io/kubernetes v1.36's controllers resolve them.
+    #[test]
+    fn bounds_resolve_as_the_controllers_do() {
+        use Kind::{DaemonSet, Deployment, Pod, StatefulSet};
+        use UpdateStrategy::{OnDelete, Recreate, RollingUpdate};
+        let cases = [
+            // Deployment: 25%/25% by default, surge up, unavailable down.
+            (Deployment, RollingUpdate, 10, None, None, Some((2, 3))),
+            (Deployment, RollingUpdate, 1, None, None, Some((0, 1))),
+            (
+                Deployment,
+                RollingUpdate,
+                3,
+                Some(Percent(0)),
+                Some(Percent(10)),
+                Some((1, 0)),
+            ),
+            (
+                Deployment,
+                RollingUpdate,
+                3,
+                Some(Int(2)),
+                Some(Int(9)),
+                Some((3, 2)),
+            ),
+            (
+                Deployment,
+                Recreate,
+                3,
+                Some(Int(2)),
+                Some(Int(0)),
+                Some((3, 0)),
+            ),
+            // StatefulSet: default 1, percentages down, at least 1, no surge.
+            (StatefulSet, RollingUpdate, 5, None, None, Some((1, 0))),
+            (
+                StatefulSet,
+                RollingUpdate,
+                5,
+                None,
+                Some(Percent(10)),
+                Some((1, 0)),
+            ),
+            (
+                StatefulSet,
+                RollingUpdate,
+                5,
+                None,
+                Some(Percent(50)),
+                Some((2, 0)),
+            ),
+            (
+                StatefulSet,
+                RollingUpdate,
+                5,
+                None,
+                Some(Int(5)),
+                Some((5, 0)),
+            ),
+            (StatefulSet, OnDelete, 5, None, Some(Int(5)), None),
+            // DaemonSet: default 1 and 0, both round up, both zero means 1.
+            (DaemonSet, RollingUpdate, 5, None, None, Some((1, 0))),
+            (
+                DaemonSet,
+                RollingUpdate,
+                5,
+                None,
+                Some(Percent(10)),
+                Some((1, 0)),
+            ),
+            (
+                DaemonSet,
+                RollingUpdate,
+                5,
+                None,
+                Some(Percent(30)),
+                Some((2, 0)),
+            ),
+            (
+                DaemonSet,
+                RollingUpdate,
+                5,
+                Some(Percent(10)),
+                Some(Int(0)),
+                Some((0, 1)),
+            ),
+            (
+                DaemonSet,
+                RollingUpdate,
+                5,
+                Some(Int(0)),
+                Some(Int(0)),
+                Some((1, 0)),
+            ),
+            (Pod, RollingUpdate, 1, None, None, None),
+        ];
+        for (kind, strategy, n, surge, unavailable, want) in cases {
+            assert_eq!(
+                bounds(kind, strategy, n, surge, unavailable),
+                want,
+                "{kind} {strategy:?} {n} surge {surge:?} unavailable {unavailable:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn scaled_rounds_like_go() {
+        assert_eq!(scaled(Percent(34), 3, true), 2);
+        assert_eq!(scaled(Percent(34), 3, false), 1);
+        assert_eq!(scaled(Percent(100), 7, false), 7);
+        assert_eq!(scaled(Percent(0), 7, true), 0);
+        assert_eq!(scaled(Int(4), 2, true), 4);
+    }
 }
