@@ -388,6 +388,25 @@ mod kubectl_rule_tests {
         convert::controller(Kind::StatefulSet, serde_json::from_value(json).unwrap())
     }
 
+    /// Hole 1: the StatefulSet's own maxUnavailable reaches the core as written (a count or a
+    /// percentage); a value the API would never serve reads as 100%, the careful reading.
+    #[test]
+    fn a_statefulsets_max_unavailable_reaches_the_core() {
+        use crate::core::model::IntOrPercent::{Int, Percent};
+        for (written, read) in [
+            (serde_json::json!(2), Some(Int(2))),
+            (serde_json::json!("50%"), Some(Percent(50))),
+            (serde_json::json!("half"), Some(Percent(100))),
+            (serde_json::Value::Null, None),
+        ] {
+            let w = served(
+                serde_json::json!({"partition": 0, "maxUnavailable": written}),
+                serde_json::json!({}),
+            );
+            assert_eq!(w.rolling.max_unavailable, read, "{written}");
+        }
+    }
+
     /// Safety case 5: kubectl takes the partition branch whenever rollingUpdate is set (done
     /// when updatedReplicas >= replicas - partition), and compares revisions only without it.
     #[test]
