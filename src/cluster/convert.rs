@@ -16,8 +16,8 @@ use crate::core::literals::{
 };
 use crate::core::mark::AttemptMark;
 use crate::core::model::{
-    ContainerSample, Kind, McpServerRef, Pdb, PodSample, RolloutStatus, StsRollingUpdate,
-    ToolhiveRestart, UpdateStrategy, Workload, WorkloadRef,
+    ContainerSample, IntOrPercent, Kind, McpServerRef, Pdb, PodSample, RollingParams,
+    RolloutStatus, StsRollingUpdate, ToolhiveRestart, UpdateStrategy, Workload, WorkloadRef,
 };
 use crate::core::quantity::parse_bytes;
 use crate::core::selector::{Operator, Requirement, Selector};
@@ -111,32 +111,32 @@ fn base(
             generation: meta.generation.unwrap_or(0),
             ..Default::default()
         },
-        min_ready_during_restart: 0,
+        rolling: RollingParams::default(),
         pods: Vec::new(),
         mirror: false,
         toolhive,
     }
 }
 
-/// Resolves an IntOrString against a replica count the way the Deployment controller does.
-fn resolve(v: Option<&IntOrString>, total: i32, default_percent: i32, round_up: bool) -> i32 {
+/// A maxSurge/maxUnavailable as the core reads it. API validation admits only counts and
+/// `N%`; anything else (which the server never serves) reads as 100%, the careful reading for
+/// maxUnavailable, and is harmless for maxSurge, which only keeps pods.
+fn int_or_percent(v: IntOrString) -> IntOrPercent {
     match v {
-        Some(IntOrString::Int(n)) => *n,
-        Some(IntOrString::String(s)) => {
-            let pct: i32 = s.trim_end_matches('%').parse().unwrap_or(default_percent);
-            percent_of(total, pct, round_up)
-        }
-        None => percent_of(total, default_percent, round_up),
+        IntOrString::Int(n) => IntOrPercent::Int(n),
+        IntOrString::String(s) => s
+            .strip_suffix('%')
+            .and_then(|p| p.parse().ok())
+            .map_or(IntOrPercent::Percent(100), IntOrPercent::Percent),
     }
 }
 
-fn percent_of(total: i32, pct: i32, round_up: bool) -> i32 {
-    let scaled = total as i64 * pct as i64;
-    (if round_up {
-        (scaled + 99) / 100
-    } else {
-        scaled / 100
-    }) as i32
+fn rolling(r: Option<wire::RollingUpdate>) -> RollingParams {
+    let r = r.unwrap_or_default();
+    RollingParams {
+        max_surge: r.max_surge.map(int_or_percent),
+        max_unavailable: r.max_unavailable.map(int_or_percent),
+    }
 }
 
 /// A Deployment, StatefulSet or DaemonSet (`kind`) as the planner sees it.
@@ -161,17 +161,7 @@ fn deployment(d: wire::Controller) -> Workload {
     } else {
         UpdateStrategy::RollingUpdate
     };
-    w.min_ready_during_restart = if recreate {
-        0
-    } else {
-        let ru = strategy.rolling_update.unwrap_or_default();
-        let surge = resolve(ru.max_surge.as_ref(), desired, 25, true);
-        let mut unavailable = resolve(ru.max_unavailable.as_ref(), desired, 25, false);
-        if surge == 0 && unavailable == 0 {
-            unavailable = 1;
-        }
-        desired - unavailable
-    };
+    w.rolling = rolling(strategy.rolling_update);
     if let Some(s) = &d.status {
         w.status.observed_generation = s.observed_generation.unwrap_or(0);
         w.status.current = s.replicas.unwrap_or(0);
@@ -196,14 +186,13 @@ fn statefulset(s: wire::Controller) -> Workload {
     } else {
         UpdateStrategy::RollingUpdate
     };
-    w.status.rolling_update = match strategy.rolling_update {
+    w.status.rolling_update = match &strategy.rolling_update {
         None => StsRollingUpdate::Unset,
         Some(r) => StsRollingUpdate::Set {
             partition: r.partition,
         },
     };
-    // The StatefulSet controller replaces one pod at a time.
-    w.min_ready_during_restart = desired - 1;
+    w.rolling = rolling(strategy.rolling_update);
     w.status.desired = desired;
     if let Some(st) = s.status {
         w.status.observed_generation = st.observed_generation.unwrap_or(0);
@@ -227,15 +216,9 @@ fn daemonset(d: wire::Controller) -> Workload {
     } else {
         UpdateStrategy::RollingUpdate
     };
+    w.rolling = rolling(strategy.rolling_update);
     if let Some(st) = &d.status {
-        let desired = st.desired_number_scheduled.unwrap_or(0);
-        // DaemonSets default to maxUnavailable 1; a percentage rounds up.
-        let unavailable = match strategy.rolling_update.and_then(|r| r.max_unavailable) {
-            None => 1,
-            Some(v) => resolve(Some(&v), desired, 0, true).max(1),
-        };
-        w.min_ready_during_restart = desired - unavailable;
-        w.status.desired = desired;
+        w.status.desired = st.desired_number_scheduled.unwrap_or(0);
         w.status.observed_generation = st.observed_generation.unwrap_or(0);
         w.status.current = st.current_number_scheduled.unwrap_or(0);
         w.status.updated = st.updated_number_scheduled.unwrap_or(0);
@@ -330,7 +313,7 @@ pub fn bare(mut p: wire::Pod) -> Workload {
             available: i32::from(sample.ready),
             ..Default::default()
         },
-        min_ready_during_restart: 0,
+        rolling: RollingParams::default(),
         pods: vec![sample],
     }
 }
@@ -403,6 +386,25 @@ mod kubectl_rule_tests {
             "status": status,
         });
         convert::controller(Kind::StatefulSet, serde_json::from_value(json).unwrap())
+    }
+
+    /// Hole 1: the StatefulSet's own maxUnavailable reaches the core as written (a count or a
+    /// percentage); a value the API would never serve reads as 100%, the careful reading.
+    #[test]
+    fn a_statefulsets_max_unavailable_reaches_the_core() {
+        use crate::core::model::IntOrPercent::{Int, Percent};
+        for (written, read) in [
+            (serde_json::json!(2), Some(Int(2))),
+            (serde_json::json!("50%"), Some(Percent(50))),
+            (serde_json::json!("half"), Some(Percent(100))),
+            (serde_json::Value::Null, None),
+        ] {
+            let w = served(
+                serde_json::json!({"partition": 0, "maxUnavailable": written}),
+                serde_json::json!({}),
+            );
+            assert_eq!(w.rolling.max_unavailable, read, "{written}");
+        }
     }
 
     /// Safety case 5: kubectl takes the partition branch whenever rollingUpdate is set (done
@@ -560,7 +562,7 @@ mod api_json_tests {
         );
         let (ds, _) = read(Kind::DaemonSet, daemonset);
         assert!(
-            ds.contains("OnDelete") && ds.contains("min_ready_during_restart: 1"),
+            ds.contains("OnDelete") && ds.contains("max_unavailable: Some(Percent(34))"),
             "{ds}"
         );
     }

@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 use super::error::ClusterError;
 use super::list::{first_page, pages, pages_from};
 use super::{convert, kinds, wire};
+use crate::core::gates;
 use crate::core::literals::EXCLUDE_ANNOTATION;
 use crate::core::model::{
     Inventory, Kind, MetricsState, Pdb, PodSample, Unsupported, Workload, WorkloadRef,
@@ -224,13 +225,20 @@ fn metrics_failure(e: &kube::Error) -> String {
 }
 
 fn excluded_namespace(n: wire::Namespace) -> Option<String> {
-    let excluded = n
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(EXCLUDE_ANNOTATION))
-        .is_some_and(|v| v == "true");
-    excluded.then(|| n.metadata.name.unwrap_or_default())
+    let name = n.metadata.name.unwrap_or_default();
+    let value = n.metadata.annotations?.remove(EXCLUDE_ANNOTATION)?;
+    warn_unclear_exclude("namespace", &name, &value);
+    gates::excludes(&value).then_some(name)
+}
+
+/// A `bouncer.dev/exclude` that is neither "true" nor "false" excludes (fail closed); the person
+/// who wrote it learns so here, and a workload's skip reason says it again.
+fn warn_unclear_exclude(what: &str, name: &str, value: &str) {
+    if gates::unclear_exclude(value) {
+        tracing::warn!(
+            "{what} {name} is annotated {EXCLUDE_ANNOTATION}={value:?}, neither \"true\" nor \"false\": excluded (fail closed)"
+        );
+    }
 }
 
 async fn controllers(
@@ -364,6 +372,11 @@ pub async fn snapshot(
     workloads.extend(statefulsets);
     workloads.extend(daemonsets);
     let (workloads, unsupported) = group(pods, rs?.into_iter().collect(), workloads);
+    for w in &workloads {
+        if let Some(value) = w.annotations.get(EXCLUDE_ANNOTATION) {
+            warn_unclear_exclude("workload", &w.target.to_string(), value);
+        }
+    }
     Ok(Inventory {
         workloads,
         unsupported,

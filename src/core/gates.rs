@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use chrono::{DateTime, Utc};
 
 use crate::core::action::Fresh;
+use crate::core::disruption;
 use crate::core::history::{self, Prometheus};
 use crate::core::literals::EXCLUDE_ANNOTATION;
 use crate::core::mark::AttemptMark;
@@ -25,11 +26,12 @@ pub fn identity_gates(
     if excluded_ns.contains(&w.target.namespace) {
         return Err(SkipReason::NamespaceExcluded);
     }
-    if w.annotations
-        .get(EXCLUDE_ANNOTATION)
-        .is_some_and(|v| v == "true")
+    if let Some(value) = w.annotations.get(EXCLUDE_ANNOTATION)
+        && excludes(value)
     {
-        return Err(SkipReason::Excluded);
+        return Err(SkipReason::Excluded {
+            value: value.clone(),
+        });
     }
     if w.mirror {
         return Err(SkipReason::MirrorPod);
@@ -40,6 +42,18 @@ pub fn identity_gates(
         });
     }
     Ok(())
+}
+
+/// Whether a `bouncer.dev/exclude` value (on a workload or a namespace) opts out: every value
+/// but `"false"` does, so that `"True"`, `"yes"` or a typo never bounce what someone meant to
+/// protect (fail closed).
+pub fn excludes(value: &str) -> bool {
+    value != "false"
+}
+
+/// A value that is neither `"true"` nor `"false"`: it excludes, and the run warns about it.
+pub fn unclear_exclude(value: &str) -> bool {
+    value != "true" && value != "false"
 }
 
 /// Skip while the last restart (ours, kubectl's, or a fresh deploy) or bouncer's last attempt
@@ -105,24 +119,35 @@ pub fn preflight(policy: &Policy, w: &Workload, pdbs: &[Pdb]) -> Result<Method, 
             });
         }
     }
-    let stays_ready = match method {
-        Method::Rollout | Method::Toolhive => w.min_ready_during_restart,
-        Method::Evict => w.pods.iter().filter(|p| p.ready).count() as i32 - 1,
-    };
-    if stays_ready < 1 && !policy.allow_downtime {
+    if disruption::min_ready(w, method) < 1 && !policy.allow_downtime {
         return Err(SkipReason::Downtime);
     }
-    if method == Method::Evict {
-        for pdb in pdbs.iter().filter(|p| p.namespace == w.target.namespace) {
-            if pdb.disruptions_allowed < 1 && w.pods.iter().any(|p| pdb.selector.matches(&p.labels))
-            {
-                return Err(SkipReason::PdbBlocks {
-                    name: pdb.name.clone(),
-                });
-            }
+    pdb_gate(w, method, pdbs)?;
+    Ok(method)
+}
+
+/// Every PodDisruptionBudget covering the workload's pods must allow what the restart takes away
+/// at once: an eviction one pod, a rollout its resolved maxUnavailable (all of them for
+/// Recreate). A surge-only rollout takes none (an old pod goes only once its replacement is
+/// available) and passes. The Eviction API enforces a budget itself; a controller's rollout
+/// does not, so bouncer does. `allowDowntime` does not lift this: a budget is its own promise.
+fn pdb_gate(w: &Workload, method: Method, pdbs: &[Pdb]) -> Result<(), SkipReason> {
+    let taken = disruption::taken_at_once(w, method);
+    if taken < 1 {
+        return Ok(());
+    }
+    let covering = pdbs.iter().filter(|pdb| {
+        pdb.namespace == w.target.namespace
+            && w.pods.iter().any(|p| pdb.selector.matches(&p.labels))
+    });
+    for pdb in covering {
+        if pdb.disruptions_allowed < taken {
+            return Err(SkipReason::PdbBlocks {
+                name: pdb.name.clone(),
+            });
         }
     }
-    Ok(method)
+    Ok(())
 }
 
 fn method_for(policy: &Policy, w: &Workload) -> Result<Method, SkipReason> {

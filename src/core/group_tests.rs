@@ -6,14 +6,13 @@ use crate::core::group::Group;
 use std::sync::Arc;
 
 /// A workload of MCP server `server` (its pod template labelled `toolhive-name: server`), one
-/// pod using `usage` MiB.
+/// pod using `usage` MiB; a StatefulSet has two (one alone would be downtime).
 fn member(kind: Kind, ns: &str, name: &str, server: &str, usage: u64) -> Workload {
-    let mut w = deployment(
-        ns,
-        name,
-        "x",
-        vec![pod(&format!("{name}-0"), "x", OLD, Some(usage))],
-    );
+    let replicas = if kind == Kind::StatefulSet { 2 } else { 1 };
+    let pods = (0..replicas)
+        .map(|i| pod(&format!("{name}-{i}"), "x", OLD, Some(usage)))
+        .collect();
+    let mut w = deployment(ns, name, "x", pods);
     w.target.kind = kind;
     Arc::make_mut(&mut w.template_labels).insert("toolhive-name".into(), server.into());
     w
@@ -85,7 +84,7 @@ fn a_member_that_cannot_be_bounced_holds_the_whole_group() {
         plan.skips[0]
             .reason
             .to_string()
-            .starts_with("group held by statefulset/mcp/fetch: not fully available (0/1 ready)"),
+            .starts_with("group held by statefulset/mcp/fetch: not fully available (1/2 ready)"),
         "{}",
         plan.skips[0].reason
     );
@@ -220,7 +219,9 @@ fn a_half_restarted_group_is_finished_on_the_next_run() {
     use crate::core::mark::{Attempt, AttemptMark, AttemptOutcome};
     let bounced = t("2026-03-10T03:00:00Z");
     let mut backend = member(Kind::StatefulSet, "mcp", "fetch", "fetch", 100);
-    backend.pods[0].started = Some(bounced + chrono::TimeDelta::seconds(20));
+    for pod in &mut backend.pods {
+        pod.started = Some(bounced + chrono::TimeDelta::seconds(20));
+    }
     backend.attempt = AttemptMark::Seen(Attempt {
         time: bounced,
         policy: "mcp".into(),

@@ -4,6 +4,7 @@
 
 pub mod action;
 pub mod bounce;
+pub mod disruption;
 pub mod explain;
 pub mod gates;
 pub mod group;
@@ -25,3 +26,9 @@ pub mod selector;
 pub mod toolhive;
 pub mod trend;
 pub mod verify;
+
+// Tests of the safety gates across modules; they build workloads with the planner's test kit.
+#[cfg(test)]
+mod invariant_tests;
+#[cfg(test)]
+mod safety_tests;

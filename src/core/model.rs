@@ -98,6 +98,23 @@ pub enum UpdateStrategy {
     OnDelete,
 }
 
+/// A `maxSurge` or `maxUnavailable` as the spec writes it: a count, or a percentage of the
+/// replicas that each controller rounds its own way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntOrPercent {
+    Int(i32),
+    Percent(i32),
+}
+
+/// A rolling update's bounds as the spec sets them; `None` is an absent field, for which
+/// the controller's default applies (Deployment 25%/25%, StatefulSet maxUnavailable 1,
+/// DaemonSet maxUnavailable 1 and maxSurge 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RollingParams {
+    pub max_surge: Option<IntOrPercent>,
+    pub max_unavailable: Option<IntOrPercent>,
+}
+
 /// Rollout-relevant status of a controller, as kubectl's rollout-status rules read it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RolloutStatus {
@@ -160,10 +177,11 @@ pub struct Workload {
     pub restarted_at: Option<DateTime<Utc>>,
     pub paused: bool,
     pub strategy: UpdateStrategy,
+    /// The rolling update's `maxSurge` and `maxUnavailable` as the spec sets them; with
+    /// `status.desired` (replicas), the strategy and the partition, what
+    /// [`disruption`](crate::core::disruption) reads to tell how many pods a restart takes away.
+    pub rolling: RollingParams,
     pub status: RolloutStatus,
-    /// Pods that stay ready while the restart runs (replicas minus maxUnavailable for a rolling
-    /// update, 0 for Recreate, a single-replica StatefulSet or a bare pod).
-    pub min_ready_during_restart: i32,
     pub pods: Vec<PodSample>,
     /// A bare pod that is a mirror/static pod; never touched.
     pub mirror: bool,
@@ -227,7 +245,8 @@ pub struct Unsupported {
     pub labels: BTreeMap<String, String>,
 }
 
-/// A PodDisruptionBudget, as the eviction path needs it.
+/// A PodDisruptionBudget, as the gates read it: which pods it covers and how many of them may
+/// go now (its status, computed by the disruption controller from minAvailable/maxUnavailable).
 #[derive(Debug, Clone)]
 pub struct Pdb {
     pub namespace: String,

@@ -1,6 +1,9 @@
 //! Per-workload overrides: annotations on a workload that change, for that workload only, the
 //! memory threshold and the cooldown of every policy that selects it. The policy file stays the
-//! default; the team that owns a workload tunes it where the workload is defined.
+//! default; the team that owns a workload tunes it where the workload is defined. An annotation
+//! may make bouncer more careful freely, and less careful only as far as the policy's
+//! `spec.overrides` bounds allow: whoever can annotate one workload must not be able to bounce
+//! it every run and rank it first, ahead of a real leak elsewhere.
 
 use std::borrow::Cow;
 
@@ -9,6 +12,7 @@ use crate::core::literals::{
 };
 use crate::core::model::Workload;
 use crate::core::policy::{Policy, Threshold, bytes_value, duration_value, percent_value};
+use crate::core::quantity::format_bytes;
 use crate::core::reasons::SkipReason;
 
 /// `policy` as it applies to `w`: its threshold and cooldown replaced by the workload's
@@ -27,6 +31,19 @@ pub fn effective<'p>(policy: &'p Policy, w: &Workload) -> Result<Cow<'p, Policy>
         value: value.to_string(),
         problem,
     };
+    let incomparable = |kv: (&str, &str), field: &str| {
+        let problem = format!(
+            "the policy's threshold is of the other kind, so this one may loosen it only with spec.overrides.{field}"
+        );
+        invalid(kv, problem)
+    };
+    let floor = |(key, value): (&str, &str), field: &str, lowest: String| {
+        let problem = format!(
+            "below {lowest}, the loosest this policy allows (spec.overrides.{field}, else the policy's own value)"
+        );
+        invalid((key, value), problem)
+    };
+    let own = policy.memory.as_ref().and_then(|m| m.threshold);
     let threshold = match (above, percent) {
         (Some(a), Some(_)) => {
             let problem = format!(
@@ -34,16 +51,39 @@ pub fn effective<'p>(policy: &'p Policy, w: &Workload) -> Result<Cow<'p, Policy>
             );
             return Err(invalid(a, problem));
         }
-        (Some(a), None) => Some(Threshold::Bytes(
-            bytes_value(a.1).map_err(|p| invalid(a, p))?,
-        )),
+        (Some(a), None) => {
+            let bytes = bytes_value(a.1).map_err(|p| invalid(a, p))?;
+            let lowest = match (policy.overrides.min_memory_above, own) {
+                (Some(min), _) | (None, Some(Threshold::Bytes(min))) => Some(min),
+                _ => None,
+            };
+            match lowest {
+                Some(min) if bytes < min => {
+                    return Err(floor(a, "minMemoryAbove", format_bytes(min)));
+                }
+                // The policy's threshold is a percentage: bytes compare with nothing there.
+                None if own.is_some() => return Err(incomparable(a, "minMemoryAbove")),
+                _ => {}
+            }
+            Some(Threshold::Bytes(bytes))
+        }
         (None, Some(p)) => {
             let number =
                 p.1.parse::<f64>()
                     .map_err(|_| invalid(p, "not a number".into()))?;
-            Some(Threshold::PercentOfLimit(
-                percent_value(number).map_err(|e| invalid(p, e))?,
-            ))
+            let number = percent_value(number).map_err(|e| invalid(p, e))?;
+            let lowest = match (policy.overrides.min_percent_of_limit, own) {
+                (Some(min), _) | (None, Some(Threshold::PercentOfLimit(min))) => Some(min),
+                _ => None,
+            };
+            match lowest {
+                Some(min) if number < min => {
+                    return Err(floor(p, "minPercentOfLimit", format!("{min}%")));
+                }
+                None if own.is_some() => return Err(incomparable(p, "minPercentOfLimit")),
+                _ => {}
+            }
+            Some(Threshold::PercentOfLimit(number))
         }
         (None, None) => None,
     };
@@ -56,7 +96,13 @@ pub fn effective<'p>(policy: &'p Policy, w: &Workload) -> Result<Cow<'p, Policy>
         memory.threshold = Some(threshold);
     }
     if let Some(c) = cooldown {
-        out.cooldown = duration_value(c.1).map_err(|p| invalid(c, p))?;
+        let value = duration_value(c.1).map_err(|p| invalid(c, p))?;
+        let lowest = policy.overrides.min_cooldown.unwrap_or(policy.cooldown);
+        if value < lowest {
+            let lowest = humantime::format_duration(lowest).to_string();
+            return Err(floor(c, "minCooldown", lowest));
+        }
+        out.cooldown = value;
     }
     Ok(Cow::Owned(out))
 }

@@ -11,7 +11,7 @@ use crate::core::literals::{
 use crate::core::model::Workload;
 use crate::core::overrides::effective;
 use crate::core::policy::parse_str;
-use crate::core::policy::{Policy, Threshold};
+use crate::core::policy::{OverrideBounds, Policy, Threshold};
 
 fn policy(memory: bool) -> Policy {
     let triggers = if memory {
@@ -37,7 +37,9 @@ fn workload(annotations: &[(&str, &str)]) -> Workload {
 
 #[test]
 fn annotations_replace_threshold_and_cooldown_for_that_workload_only() {
-    let p = policy(true);
+    let mut p = policy(true);
+    // The policy lets annotations shorten its 6h cooldown to 30m (the threshold only rises).
+    p.overrides.min_cooldown = Some(Duration::from_secs(1800));
     assert!(matches!(
         effective(&p, &workload(&[])),
         Ok(Cow::Borrowed(_))
@@ -58,6 +60,7 @@ fn annotations_replace_threshold_and_cooldown_for_that_workload_only() {
         Duration::from_secs(6 * 3600),
         "the policy is unchanged"
     );
+    p.overrides.min_percent_of_limit = Some(70.0);
     let w = workload(&[(PERCENT_OF_LIMIT_ANNOTATION, "70")]);
     assert_eq!(
         effective(&p, &w)
@@ -146,12 +149,101 @@ fn the_planner_decides_with_the_overrides() {
         ),
         recent,
     ]);
-    // Over 500Mi, cooldown 1h: "recent" restarted 30 minutes ago bounces with its 10m.
-    let p = run(&[over(super::tests::policy("p", "x"), 500)], &inv);
+    // Over 500Mi, cooldown 1h, loosened as far as 25% and 10m: "recent" restarted 30 minutes
+    // ago bounces with its 10m.
+    let mut p = over(super::tests::policy("p", "x"), 500);
+    p.overrides = OverrideBounds {
+        min_percent_of_limit: Some(25.0),
+        min_cooldown: Some(Duration::from_secs(600)),
+        ..Default::default()
+    };
+    let p = run(&[p], &inv);
     let mut bounced: Vec<_> = p.bounces.iter().map(|b| b.target.name.as_str()).collect();
     bounced.sort_unstable();
     assert_eq!(bounced, ["lowered", "plain", "recent"]);
     assert_eq!(reason_of(&p, "raised").code(), "notDue");
     assert_eq!(reason_of(&p, "bad").code(), "invalidOverride");
     assert_eq!(reason_of(&p, "excluded").code(), "excluded");
+}
+
+/// Hole 7: with no `spec.overrides`, an annotation may only make bouncer more careful: a lower
+/// threshold or a shorter cooldown than the policy's is refused (`invalidOverride`), and a
+/// threshold of the other kind compares with nothing; with bounds, it may loosen down to them.
+#[test]
+fn an_override_loosens_only_within_the_policys_bounds() {
+    let p = policy(true); // above 1Gi, cooldown 6h
+    let refused = |p: &Policy, annotations: &[(&str, &str)]| {
+        effective(p, &workload(annotations))
+            .map(|e| (e.memory.clone(), e.cooldown))
+            .unwrap_err()
+            .to_string()
+    };
+    let accepted = |p: &Policy, annotations: &[(&str, &str)]| {
+        let e = effective(p, &workload(annotations)).unwrap();
+        (e.memory.as_ref().and_then(|m| m.threshold), e.cooldown)
+    };
+    let hours = |h: u64| Duration::from_secs(h * 3600);
+    // The case: "1" byte and "1s" bounce every run and rank first.
+    let err = refused(&p, &[(MEMORY_ABOVE_ANNOTATION, "1")]);
+    assert!(
+        err.starts_with("invalid override: bouncer.dev/memory-above=\"1\": below 1Gi, the loosest"),
+        "{err}"
+    );
+    let err = refused(&p, &[(COOLDOWN_ANNOTATION, "1s")]);
+    assert!(
+        err.starts_with("invalid override: bouncer.dev/cooldown=\"1s\": below 6h, the loosest"),
+        "{err}"
+    );
+    let err = refused(&p, &[(PERCENT_OF_LIMIT_ANNOTATION, "99")]);
+    assert!(err.contains("spec.overrides.minPercentOfLimit"), "{err}");
+    // More careful, or the policy's own value: always.
+    assert_eq!(
+        accepted(
+            &p,
+            &[
+                (MEMORY_ABOVE_ANNOTATION, "1Gi"),
+                (COOLDOWN_ANNOTATION, "6h")
+            ]
+        ),
+        (Some(Threshold::Bytes(1 << 30)), hours(6))
+    );
+    assert_eq!(
+        accepted(
+            &p,
+            &[
+                (MEMORY_ABOVE_ANNOTATION, "4Gi"),
+                (COOLDOWN_ANNOTATION, "1d")
+            ]
+        ),
+        (Some(Threshold::Bytes(4 << 30)), hours(24))
+    );
+    // Bounds let it loosen that far, and no further.
+    let mut bounded = p.clone();
+    bounded.overrides = OverrideBounds {
+        min_memory_above: Some(512 << 20),
+        min_percent_of_limit: Some(50.0),
+        min_cooldown: Some(hours(1)),
+    };
+    assert_eq!(
+        accepted(
+            &bounded,
+            &[
+                (MEMORY_ABOVE_ANNOTATION, "512Mi"),
+                (COOLDOWN_ANNOTATION, "1h")
+            ]
+        ),
+        (Some(Threshold::Bytes(512 << 20)), hours(1))
+    );
+    assert_eq!(
+        accepted(&bounded, &[(PERCENT_OF_LIMIT_ANNOTATION, "50")]).0,
+        Some(Threshold::PercentOfLimit(50.0))
+    );
+    for annotations in [
+        [(MEMORY_ABOVE_ANNOTATION, "511Mi")],
+        [(PERCENT_OF_LIMIT_ANNOTATION, "49.5")],
+        [(COOLDOWN_ANNOTATION, "59m")],
+    ] {
+        let err = refused(&bounded, &annotations);
+        assert!(err.contains("the loosest this policy allows"), "{err}");
+    }
 }

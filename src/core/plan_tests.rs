@@ -48,6 +48,7 @@ pub(crate) fn policy(name: &str, app: &str) -> Policy {
             on_revert: OnRevert::Fail,
         },
         block_when: None,
+        overrides: Default::default(),
     }
 }
 
@@ -109,7 +110,7 @@ pub(crate) fn deployment(ns: &str, name: &str, app: &str, pods: Vec<PodSample>) 
             available: n,
             ..Default::default()
         },
-        min_ready_during_restart: n.max(1),
+        rolling: Default::default(),
         pods,
         mirror: false,
         toolhive: Default::default(),
@@ -340,7 +341,7 @@ fn preflight_gates_skip_with_reasons() {
     let mut unavailable = mk("unavailable");
     unavailable.pods[0].ready = false;
     let mut single = mk("single");
-    single.min_ready_during_restart = 0;
+    single.rolling.max_unavailable = Some(crate::core::model::IntOrPercent::Int(1));
     let mut excluded = mk("excluded");
     excluded
         .annotations
@@ -374,7 +375,7 @@ fn preflight_gates_skip_with_reasons() {
             matches!(r, SkipReason::NotAvailable { .. })
         }),
         ("single", |r| *r == SkipReason::Downtime),
-        ("excluded", |r| *r == SkipReason::Excluded),
+        ("excluded", |r| matches!(r, SkipReason::Excluded { .. })),
         ("ondelete", |r| *r == SkipReason::OnDelete),
         ("inexcluded", |r| *r == SkipReason::NamespaceExcluded),
     ];
@@ -391,7 +392,6 @@ fn preflight_gates_skip_with_reasons() {
 fn bare_pods_and_ondelete_use_eviction_and_respect_pdbs() {
     let mut bare = deployment("a", "mcp-1", "x", vec![pod("mcp-1", "x", OLD, Some(900))]);
     bare.target.kind = Kind::Pod;
-    bare.min_ready_during_restart = 0;
     let mut sts = deployment(
         "a",
         "db",
@@ -510,7 +510,6 @@ pub(crate) fn statefulset(name: &str, n: usize, strategy: UpdateStrategy) -> Wor
     let mut s = deployment("a", name, "x", pods);
     s.target.kind = Kind::StatefulSet;
     s.strategy = strategy;
-    s.min_ready_during_restart = n as i32 - 1;
     s
 }
 
@@ -522,7 +521,6 @@ fn case2_bare_pods_only_when_listed() {
     let parsed = crate::core::policy::parse_str("p.yaml", text).unwrap();
     let mut orphan = deployment("a", "orphan", "x", vec![pod("orphan", "x", OLD, Some(900))]);
     orphan.target.kind = Kind::Pod;
-    orphan.min_ready_during_restart = 0;
     let plan = run(&parsed, &inventory(vec![orphan.clone()]));
     assert!(plan.bounces.is_empty(), "{:?}", names(&plan));
     assert_eq!(reason_of(&plan, "orphan").code(), "kindNotSelected");
@@ -579,7 +577,6 @@ fn case1_attempt_mark_is_honoured_by_cooldown_and_schedule() {
         w.attempt = crate::core::mark::AttemptMark::from_annotations(&annotations);
         w.annotations = annotations;
         w.pods = vec![pod("db-0", "x", OLD, None), pod("db-1", "x", OLD, None)];
-        w.min_ready_during_restart = 1;
         w
     };
     let mark = |time: &str| {

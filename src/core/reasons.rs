@@ -172,7 +172,10 @@ pub struct NotDue {
 #[derive(Debug, Clone, PartialEq)]
 pub enum SkipReason {
     NamespaceExcluded,
-    Excluded,
+    /// `bouncer.dev/exclude` with any value but `"false"`, as written.
+    Excluded {
+        value: String,
+    },
     MirrorPod,
     UnsupportedOwner {
         kind: String,
@@ -262,7 +265,7 @@ impl SkipReason {
     pub fn code(&self) -> &'static str {
         match self {
             SkipReason::NamespaceExcluded => "namespaceExcluded",
-            SkipReason::Excluded => "excluded",
+            SkipReason::Excluded { .. } => "excluded",
             SkipReason::MirrorPod => "mirrorPod",
             SkipReason::UnsupportedOwner { .. } => "unsupportedOwner",
             SkipReason::KindNotSelected { .. } => "kindNotSelected",
@@ -299,7 +302,13 @@ impl fmt::Display for SkipReason {
             SkipReason::NamespaceExcluded => {
                 write!(f, "namespace is annotated bouncer.dev/exclude=true")
             }
-            SkipReason::Excluded => write!(f, "annotated bouncer.dev/exclude=true"),
+            SkipReason::Excluded { value } if value == "true" => {
+                write!(f, "annotated bouncer.dev/exclude=true")
+            }
+            SkipReason::Excluded { value } => write!(
+                f,
+                "annotated bouncer.dev/exclude={value:?}: not \"true\" or \"false\", so excluded (fail closed)"
+            ),
             SkipReason::MirrorPod => write!(f, "static (mirror) pod"),
             SkipReason::UnsupportedOwner { kind, name } => {
                 write!(f, "unsupported owner {kind} {name}")
@@ -343,9 +352,10 @@ impl fmt::Display for SkipReason {
                 f,
                 "no pod would stay ready during the restart (allowDowntime: false)"
             ),
-            SkipReason::PdbBlocks { name } => {
-                write!(f, "PodDisruptionBudget {name} allows no disruption")
-            }
+            SkipReason::PdbBlocks { name } => write!(
+                f,
+                "PodDisruptionBudget {name} allows fewer disruptions than the restart takes at once"
+            ),
             SkipReason::PolicyCap { max } => write!(f, "maxPerRun {max} reached"),
             SkipReason::GlobalCap { max } => write!(f, "max bounces per run ({max}) reached"),
             SkipReason::Claimed { policy } => write!(f, "bounced this run by policy {policy}"),

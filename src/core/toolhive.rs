@@ -109,11 +109,7 @@ mod tests {
         use crate::core::plan::tests::{OLD, deployment, inventory, over, pod, policy, run};
         use crate::core::policy::RestartMethod;
 
-        let proxy = |name: &str| {
-            let mut w = deployment("mcp", name, "x", vec![pod(name, "x", OLD, Some(900))]);
-            w.min_ready_during_restart = 1;
-            w
-        };
+        let proxy = |name: &str| deployment("mcp", name, "x", vec![pod(name, "x", OLD, Some(900))]);
         let mut owned = proxy("fetch");
         owned.toolhive.server = Some(McpServerRef {
             api_version: "toolhive.stacklok.dev/v1beta1".into(),

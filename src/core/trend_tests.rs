@@ -50,7 +50,7 @@ pub(crate) fn workload(usage_mib: f64) -> Workload {
             available: 1,
             ..Default::default()
         },
-        min_ready_during_restart: 1,
+        rolling: Default::default(),
         pods: vec![PodSample {
             name: "web-1".into(),
             uid: "u1".into(),

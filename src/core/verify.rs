@@ -179,7 +179,7 @@ mod tests {
                 desired: 2,
                 ..Default::default()
             },
-            min_ready_during_restart: 1,
+            rolling: Default::default(),
             pods,
             mirror: false,
             toolhive: Default::default(),

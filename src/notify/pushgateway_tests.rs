@@ -136,7 +136,9 @@ fn every_skip_reason() -> Vec<SkipReason> {
     let now = chrono::Utc::now();
     let all = vec![
         SkipReason::NamespaceExcluded,
-        SkipReason::Excluded,
+        SkipReason::Excluded {
+            value: "yes".into(),
+        },
         SkipReason::MirrorPod,
         SkipReason::UnsupportedOwner {
             kind: "Job".into(),
@@ -201,7 +203,7 @@ fn every_skip_reason() -> Vec<SkipReason> {
     for r in &all {
         match r {
             SkipReason::NamespaceExcluded
-            | SkipReason::Excluded
+            | SkipReason::Excluded { .. }
             | SkipReason::MirrorPod
             | SkipReason::UnsupportedOwner { .. }
             | SkipReason::KindNotSelected { .. }

@@ -15,5 +15,6 @@ mod prometheus;
 mod revert;
 mod safety;
 mod safety_cases;
+mod safety_round3;
 
 mod toolhive;

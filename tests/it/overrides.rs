@@ -51,7 +51,8 @@ async fn annotations_set_the_threshold_and_a_bad_one_is_a_skip() {
             "mem",
             n,
             "{tier: mcp}",
-            "  triggers:\n    memory: {above: 256Mi}\n  cooldown: 1s\n",
+            // "lowered" goes below the policy's threshold: the policy allows that far.
+            "  triggers:\n    memory: {above: 256Mi}\n  cooldown: 1s\n  overrides: {minMemoryAbove: 128Mi}\n",
         ),
     )]);
 

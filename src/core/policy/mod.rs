@@ -1,6 +1,7 @@
 //! Bounce policies: the validated form the planner consumes (`Policy`), loading from YAML files
 //! and directories (`load`), and the JSON Schema of the file format (`schema`).
 
+mod bounds;
 mod load;
 mod raw;
 mod schema;
@@ -46,6 +47,18 @@ pub struct Policy {
     pub restart: Restart,
     /// A PromQL query whose any result (or failure) blocks every bounce of the policy.
     pub block_when: Option<String>,
+    /// How far override annotations may loosen the policy (`spec.overrides`).
+    pub overrides: OverrideBounds,
+}
+
+/// The loosest values override annotations may set. `None`: the policy's own value, so an
+/// annotation can only make bouncer more careful. A threshold of the other kind than the
+/// policy's (bytes against a percentage) is comparable with nothing, so it needs its bound.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OverrideBounds {
+    pub min_memory_above: Option<u64>,
+    pub min_percent_of_limit: Option<f64>,
+    pub min_cooldown: Option<Duration>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

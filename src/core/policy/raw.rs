@@ -61,6 +61,24 @@ pub struct RawSpec {
     pub restart: Option<RawRestart>,
     /// Skip every bounce of this policy while a blocker says so (like kured's alert blockers).
     pub block_when: Option<RawBlockWhen>,
+    /// How far a workload's override annotations may loosen this policy. Omitted: not at all,
+    /// an annotation may only make bouncer more careful (a higher threshold, a longer cooldown).
+    pub overrides: Option<RawOverrides>,
+}
+
+/// The loosest values a workload's override annotations may set; a looser one is a skip
+/// `invalidOverride`. Each must be at most the policy's own value.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(rename = "OverrideBounds")]
+pub struct RawOverrides {
+    /// The lowest `bouncer.dev/memory-above` accepted, e.g. "512Mi" (default: `memory.above`).
+    pub min_memory_above: Option<RawQuantity>,
+    /// The lowest `bouncer.dev/memory-percent-of-limit` accepted (default: `memory.percentOfLimit`).
+    #[schemars(extend("exclusiveMinimum" = 0, "maximum" = 100))]
+    pub min_percent_of_limit: Option<f64>,
+    /// The shortest `bouncer.dev/cooldown` accepted, e.g. "30m" (default: `cooldown`).
+    pub min_cooldown: Option<String>,
 }
 
 /// What holds a policy's bounces back.

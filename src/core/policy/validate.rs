@@ -135,6 +135,12 @@ pub(super) fn validate(raw: RawPolicy, check: &mut Check) -> Option<Policy> {
         );
     }
     let restart = restart(check, spec.restart);
+    let overrides = super::bounds::overrides(
+        check,
+        spec.overrides,
+        memory.as_ref().map(|m| m.as_ref().map(|m| m.threshold)),
+        cooldown,
+    );
     let block_when = spec.block_when.map(|b| b.prometheus);
     if block_when.as_ref().is_some_and(|q| q.trim().is_empty()) {
         check.at(
@@ -167,6 +173,7 @@ pub(super) fn validate(raw: RawPolicy, check: &mut Check) -> Option<Policy> {
         allow_downtime: spec.allow_downtime.unwrap_or(false),
         restart: restart?,
         block_when,
+        overrides: overrides?,
     })
 }
 
