@@ -9,15 +9,14 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::core::action::{Action, Event, EventKind, Fresh, Observation, PodRef, Stage};
-use crate::core::gates;
 use crate::core::mark::Attempt;
 use crate::core::model::{McpServerRef, Method, Workload};
 use crate::core::outcome::{Failure, FailureCode, Outcome, Status, attempt_outcome};
 use crate::core::plan::Bounce;
-use crate::core::policy::{OnRevert, Policy};
+use crate::core::policy::Policy;
 use crate::core::reasons::SkipReason;
+use crate::core::recheck;
 use crate::core::toolhive;
-use crate::core::verify::{self, Reverters, Verdict, annotation_label};
 
 /// A restart written to the pod template (by bouncer, or by an owner it asked), as verified.
 #[derive(Debug, Clone)]
@@ -133,7 +132,7 @@ pub struct Machine<'a> {
 impl<'a> Machine<'a> {
     pub fn new(bounce: &'a Bounce, limits: Limits<'a>) -> Machine<'a> {
         Machine {
-            outcome: Outcome::planned(bounce),
+            outcome: recheck::planned(bounce),
             bounce,
             limits,
             phase: Phase::Start,
@@ -307,7 +306,7 @@ impl<'a> Machine<'a> {
             (Phase::RecheckingEviction { note, managers }, Observation::Read(read)) => {
                 let revert = Revert { note, managers };
                 let checked = read.and_then(|fresh| {
-                    gates::before_evicting(self.limits.policy, &fresh)
+                    recheck::before_evicting(self.limits.policy, &fresh)
                         .map(|()| fresh.workload)
                         .map_err(|reason| reason.to_string())
                 });
@@ -391,7 +390,7 @@ impl<'a> Machine<'a> {
             Ok(f) => f,
             Err(error) => return self.skip(SkipReason::ReadFailed { error }, now),
         };
-        let method = match gates::before_acting(self.limits.policy, self.bounce, &fresh, now) {
+        let method = match recheck::before_acting(self.limits.policy, self.bounce, &fresh, now) {
             Ok(m) => m,
             Err(reason) => return self.skip(reason, now),
         };
@@ -444,159 +443,6 @@ impl<'a> Machine<'a> {
                 }
             },
         }
-    }
-
-    fn on_verify(
-        &mut self,
-        read: Result<Workload, String>,
-        again: bool,
-        now: DateTime<Utc>,
-    ) -> Action {
-        let after = match read {
-            Ok(w) => w,
-            Err(e) => {
-                let detail = format!("verification read failed: {e}");
-                return self.fail(Failure::new(FailureCode::VerifyReadFailed, detail), now);
-            }
-        };
-        let restart = self.restart.as_ref().expect("restarted before verifying");
-        let written = restart.written.as_deref().unwrap_or_default();
-        match verify::check(&after, restart.method, written, &restart.old) {
-            Verdict::Verified { pods } => {
-                self.outcome.verification = Some(format!(
-                    "{} intact, {pods}/{pods} pods new and ready",
-                    annotation_label(restart.method)
-                ));
-                self.finish(Status::Bounced, now)
-            }
-            // Every pod is new but some are not ready: an autoscaler added them during the
-            // settle. Wait (within the same budget) for kubectl's rule again, then re-check.
-            Verdict::Incomplete { old: 0, .. } if !again => {
-                self.phase = Phase::WaitingRollout { again: true };
-                self.wait_rollout(None)
-            }
-            Verdict::Incomplete { detail, .. } => {
-                self.outcome.verification = Some(detail.clone());
-                let detail = format!("rollout completed but verification failed: {detail}");
-                self.fail(Failure::new(FailureCode::VerifyFailed, detail), now)
-            }
-            Verdict::Reverted { found } => {
-                self.phase = Phase::FindingReverters { found };
-                Action::FindReverters {
-                    target: self.bounce.target.clone(),
-                    since: restart.at,
-                }
-            }
-        }
-    }
-
-    fn on_reverted(&mut self, found: Option<String>, by: &Reverters, now: DateTime<Utc>) -> Action {
-        let method = self.restart_mut().method;
-        let note = format!(
-            "{} was reverted by {by} (now: {}); onRevert: {}",
-            annotation_label(method),
-            found.as_deref().unwrap_or("removed"),
-            self.bounce.on_revert.as_str()
-        );
-        self.outcome.verification = Some(note.clone());
-        let event = self.event(EventKind::Reverted, note.clone());
-        let managers = by.managers.clone();
-        if self.bounce.on_revert == OnRevert::Fail {
-            let next = self.finish(Status::Reverted { managers }, now);
-            return self.before(event, next);
-        }
-        // Evictions after a revert pass the same gates as an eviction bounce, on a fresh read.
-        self.phase = Phase::RecheckingEviction { note, managers };
-        let read = self.read(true);
-        self.before(event, read)
-    }
-
-    fn reverted_untouched(&mut self, revert: Revert, why: &str, now: DateTime<Utc>) -> Action {
-        self.outcome.verification = Some(format!("{}; nothing evicted: {why}", revert.note));
-        self.finish(
-            Status::Reverted {
-                managers: revert.managers,
-            },
-            now,
-        )
-    }
-
-    /// Evicts, one at a time, the live pods of `w` from before the bounce (all of them for an
-    /// eviction bounce; after a revert, those the rollout did not replace).
-    fn start_evictions(
-        &mut self,
-        w: Workload,
-        revert: Option<Revert>,
-        now: DateTime<Utc>,
-    ) -> Action {
-        let old = &self.restart.as_ref().expect("set before acting").old;
-        let live: Vec<_> = w.pods.iter().filter(|p| !p.deleting).collect();
-        let want = live.len().max(1);
-        let mut queue: Vec<PodRef> = live
-            .into_iter()
-            .filter(|p| old.contains(&p.uid))
-            .map(|p| PodRef {
-                name: p.name.clone(),
-                uid: p.uid.clone(),
-            })
-            .collect();
-        queue.sort_by(|a, b| a.name.cmp(&b.name));
-        self.next_eviction(queue, 0, want, revert, now)
-    }
-
-    fn next_eviction(
-        &mut self,
-        queue: Vec<PodRef>,
-        done: usize,
-        want: usize,
-        revert: Option<Revert>,
-        now: DateTime<Utc>,
-    ) -> Action {
-        if done == queue.len() {
-            self.outcome.completed_at = Some(now);
-            return match revert {
-                Some(r) => {
-                    self.outcome.verification =
-                        Some(format!("{}; {done} pods evicted one at a time", r.note));
-                    self.finish(
-                        Status::RevertedEvicted {
-                            managers: r.managers,
-                        },
-                        now,
-                    )
-                }
-                None => {
-                    self.outcome.verification = Some(format!("{done} pods replaced one at a time"));
-                    self.finish(Status::Bounced, now)
-                }
-            };
-        }
-        self.outcome.patched_at.get_or_insert(now);
-        let pod = queue[done].clone();
-        self.phase = Phase::Evicting {
-            queue,
-            done,
-            want,
-            revert,
-        };
-        Action::Evict {
-            target: self.bounce.target.clone(),
-            pod,
-            deadline: self.deadline(),
-        }
-    }
-
-    fn eviction_failed(
-        &mut self,
-        failure: Failure,
-        revert: Option<Revert>,
-        now: DateTime<Utc>,
-    ) -> Action {
-        let failure = match revert {
-            Some(r) => failure.after(&format!("{}; eviction failed", r.note)),
-            None => failure,
-        };
-        self.fail(failure, now)
     }
 
     /// The run was asked to stop during `phase`: a restart request the operator has not acted
@@ -664,7 +510,7 @@ impl<'a> Machine<'a> {
     }
 
     fn done(&mut self) -> Action {
-        let outcome = std::mem::replace(&mut self.outcome, Outcome::planned(self.bounce));
+        let outcome = std::mem::replace(&mut self.outcome, recheck::planned(self.bounce));
         Action::Done(Box::new(outcome))
     }
 
@@ -720,6 +566,9 @@ impl<'a> Machine<'a> {
 fn chrono_of(d: Duration) -> chrono::TimeDelta {
     chrono::TimeDelta::from_std(d).unwrap_or(chrono::TimeDelta::MAX)
 }
+
+#[path = "bounce_after.rs"]
+mod after;
 
 #[cfg(test)]
 #[path = "bounce_tests.rs"]

@@ -7,9 +7,10 @@ use crate::core::action::Context;
 use crate::core::history::Prometheus;
 use crate::core::model::{Kind, McpServerRef, Pdb, ToolhiveRestart, WorkloadRef};
 use crate::core::plan::tests::{NOW, OLD, deployment, pod, policy, t};
-use crate::core::policy::RestartMethod;
+use crate::core::policy::{OnRevert, RestartMethod};
 use crate::core::selector::Selector;
 use crate::core::toolhive::McpServerState;
+use crate::core::verify::Reverters;
 
 pub(crate) fn fresh(w: &Workload) -> Box<Fresh> {
     Box::new(Fresh {

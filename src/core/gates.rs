@@ -5,14 +5,11 @@ use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
 
-use crate::core::action::Fresh;
 use crate::core::disruption;
 use crate::core::history::{self, Prometheus};
 use crate::core::literals::EXCLUDE_ANNOTATION;
 use crate::core::mark::AttemptMark;
 use crate::core::model::{Kind, Method, Pdb, UpdateStrategy, Workload};
-use crate::core::overrides;
-use crate::core::plan::Bounce;
 use crate::core::policy::{Policy, RestartMethod};
 use crate::core::reasons::SkipReason;
 use crate::core::rollout::{self, RolloutState};
@@ -200,46 +197,6 @@ pub fn safety(
     let method = preflight(policy, w, pdbs)?;
     blocker(policy, prometheus)?;
     Ok(method)
-}
-
-/// The fresh read right before a planned bounce acts: the planner's gates again on what the
-/// cluster holds now (namespace opt-outs, disruption budgets and blockers read afresh too), and
-/// nobody else restarted it since the plan.
-pub fn before_acting(
-    policy: &Policy,
-    b: &Bounce,
-    fresh: &Fresh,
-    now: DateTime<Utc>,
-) -> Result<Method, SkipReason> {
-    let Some(context) = &fresh.context else {
-        return Err(SkipReason::ReadFailed {
-            error: "the fresh read lacks the namespaces, disruption budgets and blockers".into(),
-        });
-    };
-    let w = &fresh.workload;
-    admits(policy, w, &context.excluded_namespaces)?;
-    if w.restarted_at != b.seen_restarted_at {
-        return Err(SkipReason::RestartedMeanwhile);
-    }
-    // The workload's override annotations as they are now, not as the plan saw them.
-    let policy = overrides::effective(policy, w)?;
-    safety(&policy, w, &context.pdbs, &context.prometheus, now)
-}
-
-/// Evictions after a reverted restart (onRevert: evict) pass the gates of an eviction bounce on
-/// a fresh read; the cooldown is not among them (the bounce itself just began).
-pub fn before_evicting(policy: &Policy, fresh: &Fresh) -> Result<(), SkipReason> {
-    let Some(context) = &fresh.context else {
-        return Err(SkipReason::ReadFailed {
-            error: "the fresh read lacks the namespaces, disruption budgets and blockers".into(),
-        });
-    };
-    let w = &fresh.workload;
-    admits(policy, w, &context.excluded_namespaces)?;
-    let mut evicting = overrides::effective(policy, w)?.into_owned();
-    evicting.restart.method = RestartMethod::Evict;
-    preflight(&evicting, w, &context.pdbs)?;
-    blocker(&evicting, &context.prometheus)
 }
 
 /// A policy's blockWhen holds back each of its bounces: any result, or no answer (fail closed).

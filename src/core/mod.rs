@@ -20,6 +20,7 @@ pub mod policy;
 pub mod quantity;
 pub mod queue;
 pub mod reasons;
+pub mod recheck;
 pub mod rollout;
 pub mod schedule;
 pub mod selector;

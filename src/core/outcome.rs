@@ -170,26 +170,6 @@ pub struct Outcome {
     pub last_confirmed: Option<DateTime<Utc>>,
 }
 
-impl Outcome {
-    /// A planned bounce before anything happened to it.
-    pub fn planned(b: &crate::core::plan::Bounce) -> Outcome {
-        Outcome {
-            policy: b.policy.clone(),
-            target: b.target.clone(),
-            method: b.method,
-            status: Status::NotAttempted(None),
-            started: None,
-            patched_at: None,
-            completed_at: None,
-            finished: None,
-            verification: None,
-            written: None,
-            attempt: None,
-            last_confirmed: None,
-        }
-    }
-}
-
 /// The mark's outcome for a bounce's status.
 pub fn attempt_outcome(status: &Status) -> AttemptOutcome {
     match status {

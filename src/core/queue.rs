@@ -10,12 +10,12 @@ use chrono::{DateTime, Utc};
 
 use crate::core::action::{Action, Event, EventKind, Observation};
 use crate::core::bounce::{Limits, Machine};
-use crate::core::gates;
 use crate::core::group::Group;
 use crate::core::model::{Method, WorkloadRef};
 use crate::core::outcome::{Failure, FailureCode, Outcome, Status};
 use crate::core::plan::Bounce;
 use crate::core::policy::Policy;
+use crate::core::recheck;
 use crate::core::verify::{annotation_label, restart_annotation};
 
 /// A restart group, as the queue tells groups apart: by namespace too.
@@ -179,7 +179,7 @@ impl<'a> Queue<'a> {
                 }
                 return Action::Finished;
             };
-            let mut outcome = Outcome::planned(b);
+            let mut outcome = recheck::planned(b);
             if !self.halted
                 && let Some(why) = stop
             {
@@ -355,7 +355,9 @@ impl<'a> Queue<'a> {
         let b = &self.bounces[members[at]];
         let policy = self.policies[b.policy.as_str()];
         let checked = match seen {
-            Observation::Read(Ok(fresh)) => gates::before_acting(policy, b, &fresh, now).map(drop),
+            Observation::Read(Ok(fresh)) => {
+                recheck::before_acting(policy, b, &fresh, now).map(drop)
+            }
             Observation::Read(Err(error)) => {
                 Err(crate::core::reasons::SkipReason::ReadFailed { error })
             }
@@ -369,7 +371,7 @@ impl<'a> Queue<'a> {
             let member = b.target.clone();
             let key = group_key(b).expect("a group member");
             for &i in &members {
-                let mut out = Outcome::planned(&self.bounces[i]);
+                let mut out = recheck::planned(&self.bounces[i]);
                 out.status = if i == members[at] {
                     Status::Skipped(reason.clone())
                 } else {
