@@ -189,6 +189,7 @@ impl Executor<'_> {
         if method != Method::Rollout && out.attempt.is_some() {
             self.record(
                 &b.target,
+                &fresh.attempt,
                 &attempt.with_outcome(attempt_outcome(&out.status)),
             )
             .await
@@ -243,7 +244,7 @@ impl Executor<'_> {
         attempt: &Attempt,
         out: &mut Outcome,
     ) -> Status {
-        if let Err(e) = self.record(&fresh.target, attempt).await {
+        if let Err(e) = self.record(&fresh.target, &fresh.attempt, attempt).await {
             return Status::Failed(Failure::new(
                 FailureCode::MarkFailed,
                 format!("{e}; nothing was evicted"),
@@ -260,10 +261,16 @@ impl Executor<'_> {
         }
     }
 
-    /// Writes an attempt mark: on the controller's metadata, or for a bare pod on the Lease.
-    async fn record(&mut self, target: &WorkloadRef, attempt: &Attempt) -> Result<(), String> {
+    /// Writes an attempt mark: on the controller's metadata (`seen` with the attempt recorded),
+    /// or for a bare pod on the Lease.
+    async fn record(
+        &mut self,
+        target: &WorkloadRef,
+        seen: &AttemptMark,
+        attempt: &Attempt,
+    ) -> Result<(), String> {
         if target.kind != Kind::Pod {
-            return restart::patch_mark(&self.client, target, attempt)
+            return restart::patch_mark(&self.client, target, &seen.recorded(attempt))
                 .await
                 .map(drop)
                 .map_err(|e| format!("could not record the attempt mark: {e}"));
@@ -287,7 +294,13 @@ impl Executor<'_> {
         let old: BTreeSet<String> = fresh.pods.iter().map(|p| p.uid.clone()).collect();
         let at = (self.clock)();
         out.patched_at = Some(at);
-        let patched = match restart::patch_restarted_at(&self.client, &b.target, at, attempt).await
+        let patched = match restart::patch_restarted_at(
+            &self.client,
+            &b.target,
+            at,
+            &fresh.attempt.recorded(attempt),
+        )
+        .await
         {
             Ok(p) => p,
             Err(e) => return Status::Failed(Failure::new(FailureCode::PatchFailed, e.to_string())),
@@ -338,7 +351,13 @@ impl Executor<'_> {
             Err(reason) => return Status::Skipped(reason),
         };
         // As for an eviction: no restart without its mark.
-        let (marked, version) = match restart::patch_mark(&self.client, &b.target, attempt).await {
+        let (marked, version) = match restart::patch_mark(
+            &self.client,
+            &b.target,
+            &fresh.attempt.recorded(attempt),
+        )
+        .await
+        {
             Ok(m) => m,
             Err(e) => {
                 return Status::Failed(Failure::new(

@@ -2,6 +2,7 @@
 //! types, no async runtime, no clock, no environment: the cluster edge converts API objects into
 //! these types, and `now` is an argument. `tests/layout.rs` keeps it that way.
 
+pub mod breaker;
 pub mod explain;
 pub mod gates;
 pub mod group;

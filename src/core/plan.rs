@@ -426,7 +426,7 @@ fn decide(
         Err(SkipReason::NotDue(n))
             if matches!(n.schedule, Some(ScheduleVerdict::AlreadyAttempted { .. })) =>
         {
-            cooldown(policy, w, now)?;
+            crate::core::gates::since_restart(policy, w, now)?;
             return Err(SkipReason::NotDue(n));
         }
         other => other?,
@@ -516,3 +516,7 @@ mod overrides_tests;
 #[cfg(test)]
 #[path = "plan_prometheus_tests.rs"]
 mod prometheus_tests;
+
+#[cfg(test)]
+#[path = "breaker_plan_tests.rs"]
+mod breaker_plan_tests;

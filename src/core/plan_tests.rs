@@ -48,6 +48,7 @@ pub(crate) fn policy(name: &str, app: &str) -> Policy {
             on_revert: OnRevert::Fail,
         },
         block_when: None,
+        breaker: None,
     }
 }
 

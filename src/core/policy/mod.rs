@@ -46,6 +46,16 @@ pub struct Policy {
     pub restart: Restart,
     /// A PromQL query whose any result (or failure) blocks every bounce of the policy.
     pub block_when: Option<String>,
+    /// `spec.breaker`: None means no circuit breaker (the backoff after failures always holds).
+    pub breaker: Option<Breaker>,
+}
+
+/// The circuit breaker: a workload bounced `max_bounces` times within `per` is not bounced
+/// again until the oldest of those leaves the window, and each run that refuses it says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Breaker {
+    pub max_bounces: u32,
+    pub per: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq)]

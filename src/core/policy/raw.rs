@@ -61,6 +61,22 @@ pub struct RawSpec {
     pub restart: Option<RawRestart>,
     /// Skip every bounce of this policy while a blocker says so (like kured's alert blockers).
     pub block_when: Option<RawBlockWhen>,
+    /// A circuit breaker: flag, rather than bounce, a workload that keeps needing bounces.
+    pub breaker: Option<RawBreaker>,
+}
+
+/// A workload bouncer attempted to bounce `maxBounces` times within `per` (whatever came of the
+/// attempts, by any policy) is not bounced again until the oldest of them is `per` old: it is
+/// skipped `breakerOpen`, with a Warning Event, a metric and a line in the notifications.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(rename = "Breaker")]
+pub struct RawBreaker {
+    /// Attempts allowed within `per`, 1 to 10 (the attempt mark keeps the last ten).
+    #[schemars(extend("minimum" = 1, "maximum" = 10))]
+    pub max_bounces: u32,
+    /// The window, as a duration such as "24h", at most 30d (the mark keeps 30 days).
+    pub per: String,
 }
 
 /// What holds a policy's bounces back.

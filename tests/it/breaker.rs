@@ -1,0 +1,204 @@
+//! What bouncer's past attempts say, on the real cluster (hole 11 of the third safety round): a
+//! workload whose mark shows failed attempts backs off instead of being retried first as the
+//! most urgent, and one bounced `breaker.maxBounces` times within `breaker.per` is flagged (a
+//! `breakerOpen` skip and a Warning Event), not bounced again. Marks are written by hand on the
+//! Deployments' metadata, in the format of single-attempt marks from before the history and in
+//! the history's own.
+
+use std::time::Duration;
+
+use bouncer_testkit::{
+    Kind, PodTemplateExt, TestNs, client, create, deployment, wait_pod_memory,
+    wait_rollout_complete,
+};
+use chrono::{DateTime, SecondsFormat, Utc};
+use kube::Client;
+use serde_json::json;
+
+use crate::harness::{
+    Policies, bouncer, bouncer_events, deployment as get_deployment, deployment_restarted_at,
+    patch_deployment, pods, policy,
+};
+
+const READY: Duration = Duration::from_secs(120);
+const MARK: &str = "bouncer.dev/last-attempt";
+
+fn ms(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// A mark as bouncer wrote them before it kept a history: one attempt.
+fn single(t: DateTime<Utc>, outcome: &str) -> String {
+    json!({"time": ms(t), "policy": "mem", "method": "rollout", "outcome": outcome}).to_string()
+}
+
+/// One-replica Deployments using a steady `usage` each, Ready and reported by metrics-server.
+async fn leaky(client: &Client, ns: &str, workloads: &[(&str, &str)]) {
+    for (name, usage) in workloads {
+        let d = deployment(name, 1, &[("app", name), ("tier", "leaky")]).with_memory(usage, "0");
+        create(client, ns, &d).await.expect("create deployment");
+    }
+    for (name, _) in workloads {
+        wait_rollout_complete(client, Kind::Deployment, ns, name, READY)
+            .await
+            .expect("deployment ready");
+        let pod = pods(client, ns, &format!("app={name}")).await.remove(0);
+        let pod = pod.metadata.name.clone().unwrap_or_default();
+        wait_pod_memory(client, ns, &pod, READY, |m| m.is_some())
+            .await
+            .expect("metrics-server reports the pod")
+            .expect("metrics present");
+    }
+}
+
+async fn mark(client: &Client, ns: &str, name: &str, value: &str) {
+    let patch = json!({"metadata": {"annotations": {MARK: value}}});
+    patch_deployment(client, ns, name, patch).await;
+}
+
+/// Three workloads over the threshold, the most urgent first: `failing` (its last attempt, in
+/// the old single-attempt format, failed), `failing-long` (four failures in a row, in the
+/// history's format) and `healthy` (its last attempt bounced). With a 20s cooldown, 25s after
+/// the marks the cooldown has passed for all three; the failures double it (40s) and multiply
+/// it by 16 (320s). Only `healthy` is bounced; the others are skipped `backingOff`, saying so,
+/// and never patched. Before the fix `failing` was bounced first, as the most urgent.
+#[tokio::test]
+async fn a_failing_workload_backs_off_and_the_next_one_is_bounced() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "backoff").await;
+    let n = ns.name();
+    leaky(
+        &client,
+        n,
+        &[
+            ("failing", "500Mi"),
+            ("failing-long", "400Mi"),
+            ("healthy", "300Mi"),
+        ],
+    )
+    .await;
+    let t1 = Utc::now();
+    mark(&client, n, "failing", &single(t1, "failed")).await;
+    let earlier: Vec<_> = (1..4)
+        .map(|i| json!([ms(t1 - chrono::Duration::seconds(i)), "failed"]))
+        .collect();
+    let long = json!({"time": ms(t1), "policy": "mem", "method": "rollout", "outcome": "reverted",
+        "earlier": earlier});
+    mark(&client, n, "failing-long", &long.to_string()).await;
+    mark(&client, n, "healthy", &single(t1, "bounced")).await;
+    let policies = Policies::new(&[(
+        "memory.yaml",
+        &policy(
+            "mem",
+            n,
+            "{tier: leaky}",
+            "  triggers:\n    memory: {above: 256Mi}\n  cooldown: 20s\n",
+        ),
+    )]);
+    let wait = (t1 + chrono::Duration::seconds(25) - Utc::now())
+        .to_std()
+        .unwrap_or_default();
+    tokio::time::sleep(wait).await;
+
+    assert!(
+        Utc::now() < t1 + chrono::Duration::seconds(35),
+        "the setup outlasted the shortest backoff; the run would prove nothing"
+    );
+    let run = bouncer(&["run"], &policies, n).await;
+    assert_eq!(run.code, 0, "{}\n{:#}", run.stderr, run.report);
+    assert_eq!(run.bounced(), ["healthy"], "{:#}", run.report);
+    for (name, failures) in [
+        ("failing", "1 failed or reverted attempt in a row"),
+        ("failing-long", "4 failed or reverted attempts in a row"),
+    ] {
+        let row = run.row(name);
+        assert_eq!(row["reasonCode"], "backingOff", "{row:#}");
+        let reason = row["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains(failures), "{row:#}");
+        let d = get_deployment(&client, n, name).await;
+        assert!(deployment_restarted_at(&d).is_none(), "{name} was patched");
+    }
+    // The bounce recorded its attempt in the history the mark already held.
+    let d = get_deployment(&client, n, "healthy").await;
+    let text = d
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(MARK))
+        .expect("mark");
+    let mark: serde_json::Value = serde_json::from_str(text).expect("the mark is JSON");
+    assert_eq!(mark["method"], "rollout", "{mark}");
+    assert_eq!(mark["earlier"], json!([[ms(t1), "bounced"]]), "{mark}");
+}
+
+/// `breaker: {maxBounces: 2, per: 1h}`: `busy` was attempted twice in the last hour (the
+/// history's format), `calm` once (the old format). Both are over the threshold and out of
+/// their cooldown; `calm` is bounced, `busy` is skipped `breakerOpen` with one Warning Event
+/// `BounceBreakerOpen` and is never patched. A plan afterwards writes no second Event. Before
+/// the fix the policy's `breaker` was an unknown field.
+#[tokio::test]
+async fn a_workload_at_its_breaker_limit_is_flagged_not_bounced() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "breaker").await;
+    let n = ns.name();
+    leaky(&client, n, &[("busy", "400Mi"), ("calm", "300Mi")]).await;
+    let now = Utc::now();
+    let busy = json!({"time": ms(now - chrono::Duration::seconds(5)), "policy": "mem",
+        "method": "rollout", "outcome": "bounced",
+        "earlier": [[ms(now - chrono::Duration::minutes(20)), "bounced"]]});
+    mark(&client, n, "busy", &busy.to_string()).await;
+    mark(
+        &client,
+        n,
+        "calm",
+        &single(now - chrono::Duration::seconds(5), "bounced"),
+    )
+    .await;
+    let policies = Policies::new(&[(
+        "memory.yaml",
+        &policy(
+            "mem",
+            n,
+            "{tier: leaky}",
+            "  triggers:\n    memory: {above: 256Mi}\n  cooldown: 1s\n  breaker: {maxBounces: 2, per: 1h}\n",
+        ),
+    )]);
+
+    let run = bouncer(&["run"], &policies, n).await;
+    assert_eq!(run.code, 0, "{}\n{:#}", run.stderr, run.report);
+    assert_eq!(run.bounced(), ["calm"], "{:#}", run.report);
+    let row = run.row("busy");
+    assert_eq!(row["reasonCode"], "breakerOpen", "{row:#}");
+    let reason = row["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with(
+            "circuit breaker open: 2 bounces within 1h (breaker.maxBounces 2); closes after "
+        ),
+        "{row:#}"
+    );
+    let d = get_deployment(&client, n, "busy").await;
+    assert!(deployment_restarted_at(&d).is_none(), "busy was patched");
+    let events = bouncer_events(&client, n, "busy", "BounceBreakerOpen").await;
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
+    let note = events[0].note.as_deref().unwrap_or_default();
+    assert!(
+        note.starts_with("not bounced by policy mem: circuit breaker open"),
+        "{note}"
+    );
+
+    // A plan says the same and writes nothing.
+    let plan = bouncer(&["plan"], &policies, n).await;
+    assert_eq!(
+        plan.row("busy")["reasonCode"],
+        "breakerOpen",
+        "{:#}",
+        plan.report
+    );
+    assert_eq!(
+        bouncer_events(&client, n, "busy", "BounceBreakerOpen")
+            .await
+            .len(),
+        1
+    );
+}
