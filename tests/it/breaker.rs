@@ -8,16 +8,16 @@
 use std::time::Duration;
 
 use bouncer_testkit::{
-    Kind, PodTemplateExt, TestNs, client, create, deployment, wait_pod_memory,
-    wait_rollout_complete,
+    Answer, Kind, PodTemplateExt, Pushgateway, Receiver, TestNs, client, create, deployment,
+    wait_pod_memory, wait_rollout_complete,
 };
 use chrono::{DateTime, SecondsFormat, Utc};
 use kube::Client;
 use serde_json::json;
 
 use crate::harness::{
-    Policies, bouncer, bouncer_events, deployment as get_deployment, deployment_restarted_at,
-    patch_deployment, pods, policy,
+    Policies, bouncer, bouncer_env, bouncer_events, deployment as get_deployment,
+    deployment_restarted_at, patch_deployment, pods, policy,
 };
 
 const READY: Duration = Duration::from_secs(120);
@@ -134,8 +134,9 @@ async fn a_failing_workload_backs_off_and_the_next_one_is_bounced() {
 /// `breaker: {maxBounces: 2, per: 1h}`: `busy` was attempted twice in the last hour (the
 /// history's format), `calm` once (the old format). Both are over the threshold and out of
 /// their cooldown; `calm` is bounced, `busy` is skipped `breakerOpen` with one Warning Event
-/// `BounceBreakerOpen` and is never patched. A plan afterwards writes no second Event. Before
-/// the fix the policy's `breaker` was an unknown field.
+/// `BounceBreakerOpen` and is never patched; the chat message names it and the Pushgateway
+/// counts it. A plan afterwards writes no second Event. Before the fix the policy's `breaker`
+/// was an unknown field.
 #[tokio::test]
 async fn a_workload_at_its_breaker_limit_is_flagged_not_bounced() {
     let client = client().await;
@@ -164,7 +165,15 @@ async fn a_workload_at_its_breaker_limit_is_flagged_not_bounced() {
         ),
     )]);
 
-    let run = bouncer(&["run"], &policies, n).await;
+    let chat = Receiver::start(Answer::Status(200)).await;
+    let gateway = Pushgateway::start().await.expect("Pushgateway");
+    let cluster = format!("dev-{n}");
+    let env = [
+        ("BOUNCER_CLUSTER_NAME", cluster.as_str()),
+        ("BOUNCER_NOTIFY_SLACK_URL", &chat.url("/services/T0/B0/x")),
+        ("BOUNCER_PUSHGATEWAY_URL", &gateway.url()),
+    ];
+    let run = bouncer_env(&["run"], &policies, n, &env).await;
     assert_eq!(run.code, 0, "{}\n{:#}", run.stderr, run.report);
     assert_eq!(run.bounced(), ["calm"], "{:#}", run.report);
     let row = run.row("busy");
@@ -186,6 +195,30 @@ async fn a_workload_at_its_breaker_limit_is_flagged_not_bounced() {
         note.starts_with("not bounced by policy mem: circuit breaker open"),
         "{note}"
     );
+
+    // The chat message names it, and the Pushgateway counts it.
+    let got = chat.requests();
+    assert_eq!(got.len(), 1, "{got:#?}");
+    let text = got[0].json()["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let line = format!("\n- breaker open deployment/{n}/busy | circuit breaker open: 2 bounces");
+    assert!(text.contains(&line), "{text}");
+    let samples = gateway.samples().await.expect("Pushgateway metrics");
+    let ours = |name: &str, reason: Option<&str>| {
+        samples
+            .iter()
+            .filter(|s| s.name == name)
+            .filter(|s| s.labels.get("cluster") == Some(&cluster))
+            .filter(|s| {
+                reason.is_none_or(|r| s.labels.get("reason").map(String::as_str) == Some(r))
+            })
+            .map(|s| s.value)
+            .collect::<Vec<f64>>()
+    };
+    assert_eq!(ours("bouncer_last_run_breakers_open", None), [1.0]);
+    assert_eq!(ours("bouncer_last_run_skips", Some("breakerOpen")), [1.0]);
 
     // A plan says the same and writes nothing.
     let plan = bouncer(&["plan"], &policies, n).await;
