@@ -2,22 +2,24 @@
 //! workload whose mark shows failed attempts backs off instead of being retried first as the
 //! most urgent, and one bounced `breaker.maxBounces` times within `breaker.per` is flagged (a
 //! `breakerOpen` skip and a Warning Event), not bounced again. Marks are written by hand on the
-//! Deployments' metadata, in the format of single-attempt marks from before the history and in
-//! the history's own.
+//! Deployments' metadata (and, for a bare pod, on the run Lease), in the format of
+//! single-attempt marks from before the history and in the history's own.
 
 use std::time::Duration;
 
 use bouncer_testkit::{
-    Answer, Kind, PodTemplateExt, Pushgateway, Receiver, TestNs, client, create, deployment,
-    wait_pod_memory, wait_rollout_complete,
+    Answer, BarePodApp, Kind, PodTemplateExt, Pushgateway, Receiver, TestNs, client, create,
+    deployment, pod_template, wait_pod_memory, wait_pods_ready, wait_rollout_complete,
 };
-use chrono::{DateTime, SecondsFormat, Utc};
-use kube::Client;
+use chrono::{DateTime, SecondsFormat, Timelike, Utc};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
 use serde_json::json;
 
 use crate::harness::{
     Policies, bouncer, bouncer_env, bouncer_events, deployment as get_deployment,
-    deployment_restarted_at, patch_deployment, pods, policy,
+    deployment_restarted_at, patch_deployment, pod_uids, pods, policy,
 };
 
 const READY: Duration = Duration::from_secs(120);
@@ -234,4 +236,96 @@ async fn a_workload_at_its_breaker_limit_is_flagged_not_bounced() {
             .len(),
         1
     );
+}
+
+/// A bare pod's mark lives on the run Lease: one whose entry there (in the format from before
+/// the history) shows a failed attempt 5s before this minute's fire is due again by its
+/// schedule (the mark is older than the fire) and out of its 20s cooldown 25s after the mark,
+/// but backs off (40s): skipped `backingOff`, not evicted, and nothing is recorded on the Lease.
+/// Before the fix the pod was evicted again.
+#[tokio::test]
+async fn a_bare_pod_whose_lease_mark_shows_a_failure_backs_off() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "barebackoff").await;
+    let n = ns.name();
+    let _app = BarePodApp::spawn(
+        client.clone(),
+        n,
+        "mcpd",
+        1,
+        pod_template(&[("app", "mcpd")]),
+    )
+    .await
+    .expect("app starts");
+    wait_pods_ready(&client, n, "app=mcpd", 1, READY)
+        .await
+        .expect("bare pod ready");
+    let before = pod_uids(&client, n, "app=mcpd").await;
+    // The coming minute's fire, at least a few seconds away (the pod started before it).
+    let now = Utc::now();
+    let mut fire = now
+        .with_second(0)
+        .and_then(|t| t.with_nanosecond(0))
+        .unwrap()
+        + chrono::Duration::minutes(1);
+    if fire - now < chrono::Duration::seconds(3) {
+        fire += chrono::Duration::minutes(1);
+    }
+    let t1 = fire - chrono::Duration::seconds(5);
+    let marks = json!({ format!("{n}/mcpd-0"): serde_json::from_str::<serde_json::Value>(&single(t1, "failed")).unwrap() });
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some("bouncer".into()),
+            annotations: Some(
+                [(
+                    "bouncer.dev/bare-pod-attempts".to_string(),
+                    marks.to_string(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        spec: None,
+    };
+    let leases: Api<Lease> = Api::namespaced(client.clone(), n);
+    leases
+        .create(&PostParams::default(), &lease)
+        .await
+        .expect("create the Lease");
+    let policies = Policies::new(&[(
+        "p.yaml",
+        &policy(
+            "mcpd",
+            n,
+            "{app: mcpd}",
+            "    kinds: [Pod]\n  triggers:\n    schedule: {cron: \"* * * * *\", startingDeadline: 5m}\n  cooldown: 20s\n  allowDowntime: true\n",
+        ),
+    )]);
+    let wait = (t1 + chrono::Duration::seconds(25) - Utc::now())
+        .to_std()
+        .unwrap_or_default();
+    tokio::time::sleep(wait).await;
+    assert!(
+        Utc::now() < t1 + chrono::Duration::seconds(35),
+        "the setup outlasted the backoff; the run would prove nothing"
+    );
+
+    let run = bouncer(&["run"], &policies, n).await;
+    assert_eq!(run.code, 0, "{}\n{:#}", run.stderr, run.report);
+    let row = run.row("mcpd-0");
+    assert_eq!(row["reasonCode"], "backingOff", "{row:#}");
+    assert_eq!(
+        pod_uids(&client, n, "app=mcpd").await,
+        before,
+        "the pod was evicted"
+    );
+    let kept = leases.get("bouncer").await.expect("the Lease");
+    let text = kept
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("bouncer.dev/bare-pod-attempts"))
+        .expect("the marks");
+    let kept: serde_json::Value = serde_json::from_str(text).expect("JSON");
+    assert_eq!(kept, marks, "nothing was recorded");
 }
