@@ -157,8 +157,12 @@ impl Cluster for Kube<'_> {
                     .map(|p| (p.value, p.resource_version))
                     .map_err(|e| e.to_string()),
             ),
-            Action::Mark { target, attempt } => {
-                let marked = self.mark(target, attempt).await;
+            Action::Mark {
+                target,
+                attempt,
+                history,
+            } => {
+                let marked = self.mark(target, attempt, history).await;
                 if let Err(e) = &marked {
                     tracing::warn!(workload = %target, "{e}");
                 }
@@ -312,9 +316,10 @@ impl Kube<'_> {
         &mut self,
         target: &WorkloadRef,
         attempt: &crate::core::mark::Attempt,
+        history: &crate::core::mark::AttemptHistory,
     ) -> Result<Option<String>, String> {
         if target.kind != Kind::Pod {
-            return restart::patch_mark(&self.client, target, attempt)
+            return restart::patch_mark(&self.client, target, history)
                 .await
                 .map(|(_, version)| Some(version))
                 .map_err(|e| format!("could not record the attempt mark: {e}"));

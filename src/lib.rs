@@ -320,7 +320,23 @@ async fn run_locked(
             clock,
         };
         let budget = (settings.rollout_timeout, settings.verify_settle);
-        Some(execute::execute(&plan, policies, &mut edge, budget, &stop).await)
+        let outcomes = execute::execute(&plan, policies, &mut edge, budget, &stop).await;
+        // An open breaker that held a due workload back is told on the workload, once per run
+        // (a dry run and a plan write nothing).
+        let skips = plan.skips.iter();
+        let skips = skips.map(|s| (&s.target, s.policy.as_str(), &s.reason));
+        for (target, note) in core::breaker::events(skips) {
+            cluster::events::emit(
+                client,
+                &target,
+                core::literals::REASON_BREAKER_OPEN,
+                &note,
+                cluster::events::Severity::Warning,
+                clock(),
+            )
+            .await;
+        }
+        Some(outcomes)
     } else {
         None
     };

@@ -1,4 +1,5 @@
-//! events.k8s.io/v1 Events on bounced workloads: Bounced, BounceFailed, BounceReverted.
+//! events.k8s.io/v1 Events on bounced workloads: Bounced, BounceFailed, BounceReverted, and
+//! BounceBreakerOpen on a due workload the circuit breaker held back.
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;

@@ -9,7 +9,7 @@ use super::error::ClusterError;
 use super::kinds;
 use super::retry::with_retries;
 use crate::core::literals::{ATTEMPT_ANNOTATION, RESTARTED_AT, rfc3339};
-use crate::core::mark::Attempt;
+use crate::core::mark::AttemptHistory;
 use crate::core::model::{Workload, WorkloadRef};
 
 /// What a restart patch wrote and what the server returned.
@@ -23,12 +23,13 @@ pub struct Patched {
 
 /// Writes exactly what `kubectl rollout restart` writes: a strategic-merge patch of the pod
 /// template's restartedAt annotation (RFC3339, seconds). The same patch writes bouncer's
-/// attempt mark on the workload's metadata, so no restart can happen without its mark.
+/// attempt mark on the workload's metadata, so no restart can happen without its mark: the
+/// history the core recorded the attempt in (`AttemptMark::recorded`), written whole.
 pub async fn patch_restarted_at(
     client: &Client,
     target: &WorkloadRef,
     at: DateTime<Utc>,
-    mark: &Attempt,
+    mark: &AttemptHistory,
 ) -> Result<Patched, ClusterError> {
     let value = rfc3339(at);
     let body = json!({
@@ -43,12 +44,13 @@ pub async fn patch_restarted_at(
     })
 }
 
-/// Writes only the attempt mark (metadata, so nothing rolls) and returns the workload as the
-/// patch left it, and its resourceVersion (where a wait for an owner's rollout starts).
+/// Writes only the attempt mark (metadata, so nothing rolls): the history as the core recorded
+/// it. Returns the workload as the patch left it, and its resourceVersion (where a wait for an
+/// owner's rollout starts).
 pub async fn patch_mark(
     client: &Client,
     target: &WorkloadRef,
-    mark: &Attempt,
+    mark: &AttemptHistory,
 ) -> Result<(Workload, String), ClusterError> {
     let body = json!({"metadata": {"annotations": {ATTEMPT_ANNOTATION: mark.encode()}}});
     patch(client, target, &body).await

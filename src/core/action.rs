@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::core::history::Prometheus;
-use crate::core::mark::Attempt;
+use crate::core::mark::{Attempt, AttemptHistory};
 use crate::core::model::{McpServerRef, Pdb, Workload, WorkloadRef};
 use crate::core::outcome::{Failure, Outcome};
 use crate::core::toolhive::McpServerState;
@@ -78,12 +78,14 @@ pub enum Action {
     Patch {
         target: WorkloadRef,
         at: DateTime<Utc>,
-        mark: Attempt,
+        mark: AttemptHistory,
     },
-    /// The attempt mark alone (metadata, or the Lease for a bare pod): rolls nothing.
+    /// The attempt mark alone: a controller's metadata holds `history` (its past attempts with
+    /// this one recorded); a bare pod's Lease entry records `attempt`. Rolls nothing.
     Mark {
         target: WorkloadRef,
         attempt: Attempt,
+        history: AttemptHistory,
     },
     ReadOperator {
         target: WorkloadRef,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::core::action::{Action, Event, EventKind, Fresh, Observation, PodRef, Stage};
-use crate::core::mark::Attempt;
+use crate::core::mark::{Attempt, AttemptMark};
 use crate::core::model::{McpServerRef, Method, Workload};
 use crate::core::outcome::{Failure, FailureCode, Outcome, Status, attempt_outcome};
 use crate::core::plan::Bounce;
@@ -119,6 +119,8 @@ pub struct Machine<'a> {
     phase: Phase,
     outcome: Outcome,
     attempt: Option<Attempt>,
+    /// The workload's mark as read before acting: each write records the attempt in it.
+    seen_mark: AttemptMark,
     restart: Option<Restart>,
     /// The workload as read right before acting.
     fresh: Option<Workload>,
@@ -137,6 +139,7 @@ impl<'a> Machine<'a> {
             limits,
             phase: Phase::Start,
             attempt: None,
+            seen_mark: AttemptMark::None,
             restart: None,
             fresh: None,
             deadline: None,
@@ -410,6 +413,7 @@ impl<'a> Machine<'a> {
             old: w.pods.iter().map(|p| p.uid.clone()).collect(),
         });
         let server = w.toolhive.server.clone();
+        self.seen_mark = w.attempt.clone();
         self.fresh = Some(w);
         match method {
             Method::Rollout => {
@@ -418,7 +422,7 @@ impl<'a> Machine<'a> {
                 Action::Patch {
                     target: self.bounce.target.clone(),
                     at: now,
-                    mark: attempt,
+                    mark: self.seen_mark.recorded(&attempt),
                 }
             }
             Method::Evict => {
@@ -489,6 +493,7 @@ impl<'a> Machine<'a> {
             self.outcome.attempt = Some(marked.clone());
             self.queued.push_back(Action::Mark {
                 target: self.bounce.target.clone(),
+                history: self.seen_mark.recorded(&marked),
                 attempt: marked,
             });
         }
@@ -529,9 +534,11 @@ impl<'a> Machine<'a> {
     }
 
     fn mark_started(&self) -> Action {
+        let attempt = self.attempt.clone().expect("set before acting");
         Action::Mark {
             target: self.bounce.target.clone(),
-            attempt: self.attempt.clone().expect("set before acting"),
+            history: self.seen_mark.recorded(&attempt),
+            attempt,
         }
     }
 

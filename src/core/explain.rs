@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::core::gates::{cooldown, identity_gates, preflight};
+use crate::core::gates::{identity_gates, preflight, since_restart};
 use crate::core::group;
 use crate::core::history::Prometheus;
 use crate::core::literals::rfc3339;
@@ -257,26 +257,54 @@ fn policy_explanation(
     }
     steps.push(match &w.attempt {
         AttemptMark::None => step("last attempt", Outcome::Info, "none recorded"),
-        AttemptMark::Seen(a) => step(
-            "last attempt",
-            Outcome::Info,
-            format!(
-                "{} by policy {} (method {}, outcome {})",
-                rfc3339(a.time),
-                a.policy,
-                format!("{:?}", a.method).to_lowercase(),
-                format!("{:?}", a.outcome).to_lowercase()
-            ),
-        ),
+        AttemptMark::Seen(h) => {
+            let earlier = h.entries().count().saturating_sub(1);
+            let (failures, _) = crate::core::breaker::failures(h);
+            step(
+                "last attempt",
+                Outcome::Info,
+                match h.latest() {
+                    Some(a) => {
+                        let mut text = format!(
+                            "{} by policy {} (method {}, outcome {})",
+                            rfc3339(a.time),
+                            a.policy,
+                            format!("{:?}", a.method).to_lowercase(),
+                            format!("{:?}", a.outcome).to_lowercase()
+                        );
+                        if earlier > 0 {
+                            text.push_str(&format!("; {earlier} earlier kept"));
+                        }
+                        if failures > 0 {
+                            text.push_str(&format!("; {failures} failed in a row"));
+                        }
+                        text
+                    }
+                    None => "none recorded".to_string(),
+                },
+            )
+        }
         AttemptMark::Unreadable(e) => step("last attempt", Outcome::Fail, e.clone()),
     });
     steps.push(gate(
         "cooldown",
-        &cooldown(&policy, w, now),
+        &since_restart(&policy, w, now),
         format!(
             "{} since the last restart or attempt has passed",
             humantime::format_duration(policy.cooldown)
         ),
+    ));
+    steps.push(gate(
+        "past attempts",
+        &crate::core::breaker::gates(&policy, w, now),
+        match &policy.breaker {
+            Some(b) => format!(
+                "not backing off after failures; fewer than {} bounces within {} (breaker)",
+                b.max_bounces,
+                humantime::format_duration(b.per)
+            ),
+            None => "not backing off after failures; no breaker".to_string(),
+        },
     ));
     let preflight = preflight(&policy, w, &inv.pdbs);
     let method = preflight

@@ -53,9 +53,17 @@ pub fn unclear_exclude(value: &str) -> bool {
     value != "true" && value != "false"
 }
 
+/// When the workload may be bounced again: the cooldown since its last restart or attempt, then
+/// what bouncer's past attempts say (the circuit breaker, the backoff after failures). The plan
+/// and every re-check before acting read it, so a fresh mark holds as the planned one did.
+pub fn cooldown(policy: &Policy, w: &Workload, now: DateTime<Utc>) -> Result<(), SkipReason> {
+    since_restart(policy, w, now)?;
+    crate::core::breaker::gates(policy, w, now)
+}
+
 /// Skip while the last restart (ours, kubectl's, or a fresh deploy) or bouncer's last attempt
 /// (whatever its method and outcome) is younger than the cooldown.
-pub fn cooldown(policy: &Policy, w: &Workload, now: DateTime<Utc>) -> Result<(), SkipReason> {
+pub fn since_restart(policy: &Policy, w: &Workload, now: DateTime<Utc>) -> Result<(), SkipReason> {
     let last = [w.restarted_at, oldest_start(w), w.attempt.time()]
         .into_iter()
         .flatten()

@@ -216,18 +216,18 @@ fn a_member_claimed_by_another_policy_holds_the_group() {
 /// were all restarted since is not.
 #[test]
 fn a_half_restarted_group_is_finished_on_the_next_run() {
-    use crate::core::mark::{Attempt, AttemptMark, AttemptOutcome};
+    use crate::core::mark::{Attempt, AttemptHistory, AttemptMark, AttemptOutcome};
     let bounced = t("2026-03-10T03:00:00Z");
     let mut backend = member(Kind::StatefulSet, "mcp", "fetch", "fetch", 100);
     for pod in &mut backend.pods {
         pod.started = Some(bounced + chrono::TimeDelta::seconds(20));
     }
-    backend.attempt = AttemptMark::Seen(Attempt {
+    backend.attempt = AttemptMark::Seen(AttemptHistory::of(&Attempt {
         time: bounced,
         policy: "mcp".into(),
         method: Method::Rollout,
         outcome: AttemptOutcome::Started,
-    });
+    }));
     let proxy = member(Kind::Deployment, "mcp", "fetch", "fetch", 100);
     let mut p = grouped();
     p.cooldown = std::time::Duration::from_secs(6 * 3600);

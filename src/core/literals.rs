@@ -22,8 +22,9 @@ pub const EXCLUDE_ANNOTATION: &str = "bouncer.dev/exclude";
 pub const MEMORY_ABOVE_ANNOTATION: &str = "bouncer.dev/memory-above";
 pub const PERCENT_OF_LIMIT_ANNOTATION: &str = "bouncer.dev/memory-percent-of-limit";
 pub const COOLDOWN_ANNOTATION: &str = "bouncer.dev/cooldown";
-/// bouncer's mark of its last bounce attempt on a workload's metadata (JSON: time, policy,
-/// method, outcome); cooldown and schedule honour it whatever the method and outcome.
+/// bouncer's mark of its last bounce attempts on a workload's metadata (JSON: the latest's time,
+/// policy, method, outcome, and a few earlier ones); cooldown, schedule, backoff and breaker
+/// honour it whatever the method and outcome.
 pub const ATTEMPT_ANNOTATION: &str = "bouncer.dev/last-attempt";
 /// On the run Lease: the marks of bare pods, which must survive the pods they describe.
 pub const BARE_ATTEMPTS_ANNOTATION: &str = "bouncer.dev/bare-pod-attempts";
@@ -45,6 +46,8 @@ pub const BUILTIN_MANAGERS: &[&str] = &[
 pub const REASON_BOUNCED: &str = "Bounced";
 pub const REASON_FAILED: &str = "BounceFailed";
 pub const REASON_REVERTED: &str = "BounceReverted";
+/// A due workload the circuit breaker (`spec.breaker`) kept from being bounced (Warning).
+pub const REASON_BREAKER_OPEN: &str = "BounceBreakerOpen";
 /// ToolHive's MCPServer (group toolhive.stacklok.dev): its operator restarts the proxy
 /// Deployment when the resource's `restarted-at` annotation (RFC3339) is newer than its
 /// `last-processed-restart`, and writes the time it did so on the pod template under the same key.

@@ -4,6 +4,7 @@
 
 pub mod action;
 pub mod bounce;
+pub mod breaker;
 pub mod disruption;
 pub mod explain;
 pub mod gates;

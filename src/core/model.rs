@@ -299,12 +299,29 @@ pub struct Attempt {
     pub outcome: AttemptOutcome,
 }
 
-/// What the snapshot found about a workload's last attempt.
+/// An attempt older than the latest, as the mark keeps it: what the backoff and the circuit
+/// breaker read (when, and how it ended), not which policy or method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PastAttempt {
+    pub time: DateTime<Utc>,
+    pub outcome: AttemptOutcome,
+}
+
+/// bouncer's last attempts on one workload: the latest in full, and a few earlier ones, newest
+/// first. Bounded: at most `mark::MAX_ATTEMPTS` in all, none kept past `mark::RETENTION`
+/// before the latest. Built only by decoding a mark or by `record`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AttemptHistory {
+    pub(crate) latest: Option<Attempt>,
+    pub(crate) earlier: Vec<PastAttempt>,
+}
+
+/// What the snapshot found about a workload's last attempts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum AttemptMark {
     #[default]
     None,
-    Seen(Attempt),
+    Seen(AttemptHistory),
     /// The mark is there but unreadable (hand-edited, or the Lease could not be read): the
     /// planner fails closed and skips, naming the annotation.
     Unreadable(String),

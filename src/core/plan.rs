@@ -406,9 +406,10 @@ const GROUP_SPAN: chrono::TimeDelta = chrono::TimeDelta::hours(1);
 /// When this policy's last bounce of `w` that restarted every pod began, from its mark (a
 /// verified rollout's mark stays `started`: its pods, all newer than it, tell the rest).
 fn bounced_at(policy: &Policy, w: &Workload) -> Option<DateTime<Utc>> {
-    let AttemptMark::Seen(a) = &w.attempt else {
+    let AttemptMark::Seen(history) = &w.attempt else {
         return None;
     };
+    let a = history.latest()?;
     let restarted = match a.outcome {
         AttemptOutcome::Bounced => true,
         AttemptOutcome::Started => oldest_start(w).is_some_and(|t| t >= a.time),
@@ -470,7 +471,7 @@ fn decide(
         Err(SkipReason::NotDue(n))
             if matches!(n.schedule, Some(ScheduleVerdict::AlreadyAttempted { .. })) =>
         {
-            cooldown(policy, w, now)?;
+            crate::core::gates::since_restart(policy, w, now)?;
             return Err(SkipReason::NotDue(n));
         }
         other => other?,
@@ -559,3 +560,7 @@ mod overrides_tests;
 #[cfg(test)]
 #[path = "plan_prometheus_tests.rs"]
 mod prometheus_tests;
+
+#[cfg(test)]
+#[path = "breaker_plan_tests.rs"]
+mod breaker_plan_tests;

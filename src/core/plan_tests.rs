@@ -49,6 +49,7 @@ pub(crate) fn policy(name: &str, app: &str) -> Policy {
         },
         block_when: None,
         overrides: Default::default(),
+        breaker: None,
     }
 }
 

@@ -190,6 +190,21 @@ pub enum SkipReason {
         last: DateTime<Utc>,
         until: DateTime<Utc>,
     },
+    /// The last attempts failed or were reverted, `failures` in a row: the cooldown after the
+    /// latest doubles per failure (`core::breaker`).
+    BackingOff {
+        failures: u32,
+        last: DateTime<Utc>,
+        until: DateTime<Utc>,
+    },
+    /// The circuit breaker: `bounces` attempts within `per`, at least the policy's
+    /// `breaker.maxBounces`; it closes at `until`, when the oldest of them leaves the window.
+    BreakerOpen {
+        bounces: usize,
+        max_bounces: u32,
+        per: Duration,
+        until: DateTime<Utc>,
+    },
     Paused,
     RolloutInProgress {
         detail: String,
@@ -272,6 +287,8 @@ impl SkipReason {
             SkipReason::NoPods => "noPods",
             SkipReason::NotDue(_) => "notDue",
             SkipReason::Cooldown { .. } => "cooldown",
+            SkipReason::BackingOff { .. } => "backingOff",
+            SkipReason::BreakerOpen { .. } => "breakerOpen",
             SkipReason::Paused => "paused",
             SkipReason::RolloutInProgress { .. } => "rolloutInProgress",
             SkipReason::NotAvailable { .. } => "notAvailable",
@@ -326,6 +343,34 @@ impl fmt::Display for SkipReason {
                     rfc3339(*until)
                 )
             }
+            SkipReason::BackingOff {
+                failures,
+                last,
+                until,
+            } => {
+                let attempts = if *failures == 1 {
+                    "attempt"
+                } else {
+                    "attempts"
+                };
+                write!(
+                    f,
+                    "backing off: {failures} failed or reverted {attempts} in a row, the last {}; due again after {}",
+                    rfc3339(*last),
+                    rfc3339(*until)
+                )
+            }
+            SkipReason::BreakerOpen {
+                bounces,
+                max_bounces,
+                per,
+                until,
+            } => write!(
+                f,
+                "circuit breaker open: {bounces} bounces within {} (breaker.maxBounces {max_bounces}); closes after {}",
+                human(*per),
+                rfc3339(*until)
+            ),
             SkipReason::Paused => write!(f, "deployment is paused"),
             SkipReason::RolloutInProgress { detail } => write!(f, "rollout in progress: {detail}"),
             SkipReason::NotAvailable { ready, desired } => {

@@ -277,9 +277,30 @@ pub struct Run {
     pub succeeded: bool,
 }
 
+/// The reason code of a workload held back by its circuit breaker: it needs a person, so the
+/// notifications name it like a bounce.
+pub const BREAKER_OPEN: &str = "breakerOpen";
+
+/// A row the chat message and the `changes` rule count: the bounce queue, and workloads whose
+/// circuit breaker is open.
+pub fn notable(row: &crate::report::Row) -> bool {
+    row.order.is_some() || row.reason_code.as_deref() == Some(BREAKER_OPEN)
+}
+
+/// Distinct workloads the run held back with an open circuit breaker.
+pub fn breakers_open(report: &Report) -> usize {
+    let open: std::collections::BTreeSet<_> = report
+        .rows
+        .iter()
+        .filter(|r| r.reason_code.as_deref() == Some(BREAKER_OPEN))
+        .map(|r| &r.workload)
+        .collect();
+    open.len()
+}
+
 /// True when the webhooks should hear about this run.
 pub fn worth_sending(report: &Report, on: NotifyOn) -> bool {
-    on == NotifyOn::Always || report.rows.iter().any(|r| r.order.is_some())
+    on == NotifyOn::Always || report.rows.iter().any(notable)
 }
 
 /// The generic webhook's body: the report exactly as `--output json` prints it on one line.

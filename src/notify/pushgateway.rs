@@ -23,11 +23,13 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 pub const JOB: &str = "bouncer";
 
 /// Every skip reason code a row can carry (`reasonCode`); the unit tests keep it complete.
-pub const SKIP_REASONS: [&str; 28] = [
+pub const SKIP_REASONS: [&str; 30] = [
+    "backingOff",
     "badAttemptMark",
     "barePodNoRollout",
     "blocked",
     "blockerFailed",
+    "breakerOpen",
     "claimed",
     "cooldown",
     "downtime",
@@ -171,6 +173,12 @@ pub fn exposition(report: &Report, run: &Run) -> String {
         "bouncer_last_run_skips",
         "Workloads the last run skipped, by reason code",
         skips,
+    );
+    // Always pushed (zero included), so a failed run's merge leaves no stale count behind.
+    registry.register(
+        "bouncer_last_run_breakers_open",
+        "Workloads the last run did not bounce because their circuit breaker (spec.breaker) is open",
+        Gauges::one(super::breakers_open(report) as f64),
     );
     let mut available = Gauges::default();
     let up = if report.metrics_unavailable.is_some() {

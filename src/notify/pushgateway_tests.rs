@@ -151,6 +151,17 @@ fn every_skip_reason() -> Vec<SkipReason> {
             last: now,
             until: now,
         },
+        SkipReason::BackingOff {
+            failures: 1,
+            last: now,
+            until: now,
+        },
+        SkipReason::BreakerOpen {
+            bounces: 3,
+            max_bounces: 3,
+            per: std::time::Duration::from_secs(3600),
+            until: now,
+        },
         SkipReason::Paused,
         SkipReason::RolloutInProgress {
             detail: String::new(),
@@ -210,6 +221,8 @@ fn every_skip_reason() -> Vec<SkipReason> {
             | SkipReason::NoPods
             | SkipReason::NotDue(_)
             | SkipReason::Cooldown { .. }
+            | SkipReason::BackingOff { .. }
+            | SkipReason::BreakerOpen { .. }
             | SkipReason::Paused
             | SkipReason::RolloutInProgress { .. }
             | SkipReason::NotAvailable { .. }
@@ -274,4 +287,32 @@ fn the_group_is_job_bouncer_and_the_cluster() {
 fn a_success_replaces_the_group_and_a_failure_merges_into_it() {
     assert_eq!(method(true), reqwest::Method::PUT);
     assert_eq!(method(false), reqwest::Method::POST);
+}
+
+/// A workload held back by its circuit breaker is counted in its own gauge, pushed at zero too
+/// (a failed run's merge must not leave an old count behind), and once however many policies
+/// refused it.
+#[test]
+fn open_breakers_are_counted_once_per_workload() {
+    let quiet = exposition(&quiet_report(), &run(false));
+    assert_eq!(
+        value(&quiet, "bouncer_last_run_breakers_open").as_deref(),
+        Some("0.0")
+    );
+    let mut r = quiet_report();
+    for policy in ["a", "b"] {
+        let mut s = row(None, policy, Kind::Deployment, "shop", "api");
+        s.decision = "skip".into();
+        s.reason_code = Some("breakerOpen".into());
+        r.rows.push(s);
+    }
+    let text = exposition(&r, &run(true));
+    assert_eq!(
+        value(&text, "bouncer_last_run_breakers_open").as_deref(),
+        Some("1.0")
+    );
+    assert_eq!(
+        value(&text, "bouncer_last_run_skips{reason=\"breakerOpen\"}").as_deref(),
+        Some("2.0")
+    );
 }

@@ -1,6 +1,6 @@
 //! The chat message of a run, as a Slack incoming webhook takes it (Block Kit, with a plain-text
 //! `text` that notifications and chat tools without Block Kit show): who ran where, the summary,
-//! and one line per workload in the bounce queue.
+//! and one line per workload in the bounce queue or held back by its circuit breaker.
 
 use serde_json::{Value, json};
 
@@ -33,6 +33,8 @@ fn verb(decision: &str) -> &str {
         "bounce" => "would bounce",
         "revertedEvicted" => "reverted, then evicted",
         "notAttempted" => "not attempted",
+        // The only skips the message shows: due workloads their circuit breaker held back.
+        "skip" => "breaker open",
         other => other,
     }
 }
@@ -59,7 +61,7 @@ fn line(row: &Row) -> Line {
         .collect::<Vec<_>>()
         .join(", ");
     let reason = match decision {
-        "failed" | "reverted" | "revertedEvicted" | "skipped" | "interrupted" => {
+        "failed" | "reverted" | "revertedEvicted" | "skipped" | "interrupted" | "skip" => {
             let r = row.reason.trim_start_matches("interrupted: ");
             (!r.is_empty()).then(|| cut(r, REASON_LIMIT))
         }
@@ -104,7 +106,7 @@ pub fn message(report: &Report, cluster: Option<&str>) -> Value {
     let lines: Vec<Line> = report
         .rows
         .iter()
-        .filter(|r| r.order.is_some())
+        .filter(|r| super::notable(r))
         .map(line)
         .collect();
     let run = match report.mode {

@@ -127,3 +127,35 @@ fn a_long_queue_is_cut_to_what_slack_shows() {
         "{text}"
     );
 }
+
+/// A due workload its circuit breaker held back needs a person: the message names it with the
+/// reason, and a run with nothing else to say is still sent under `--notify-on changes`.
+#[test]
+fn an_open_breaker_is_a_line_and_worth_sending() {
+    let mut r = quiet_report();
+    let mut s = row(None, "leaks", Kind::Deployment, "shop", "api");
+    s.decision = "skip".into();
+    s.reason_code = Some("breakerOpen".into());
+    s.reason = "circuit breaker open: 3 bounces within 1day (breaker.maxBounces 3); closes after 2026-12-03T09:00:00Z".into();
+    r.rows.push(s);
+    assert!(crate::notify::worth_sending(
+        &r,
+        crate::notify::NotifyOn::Changes
+    ));
+    let m = message(&r, None);
+    let text = m["text"].as_str().unwrap();
+    assert!(
+        text.ends_with(
+            "\n- breaker open deployment/shop/api | circuit breaker open: 3 bounces within 1day (breaker.maxBounces 3); closes after 2026-12-03T09:00:00Z"
+        ),
+        "{text}"
+    );
+    let blocks = m["blocks"].as_array().unwrap();
+    assert!(
+        blocks[2]["text"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("• *breaker open* `deployment/shop/api`"),
+        "{m:#}"
+    );
+}

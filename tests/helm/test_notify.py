@@ -124,11 +124,12 @@ def test_the_rule_is_the_rules_file_with_its_threshold():
     assert pr["metadata"]["namespace"] == NAMESPACE
     assert pr["spec"] == expected_spec(3 * 900, {"severity": "warning"})
     alerts = {r["alert"]: r for r in pr["spec"]["groups"][0]["rules"]}
-    assert set(alerts) == {"BouncerNoSuccessfulRun", "BouncerBounceFailed"}
+    assert set(alerts) == {"BouncerNoSuccessfulRun", "BouncerBounceFailed", "BouncerBreakerOpen"}
     assert "> 2700" in alerts["BouncerNoSuccessfulRun"]["expr"]
     assert "NO_SUCCESS_SECONDS" not in yaml.safe_dump(pr)
     assert '{{ "2700" | humanizeDuration }}' in alerts["BouncerNoSuccessfulRun"]["annotations"]["description"]
     assert 'result=~"failed|reverted|interrupted"' in alerts["BouncerBounceFailed"]["expr"]
+    assert "bouncer_last_run_breakers_open" in alerts["BouncerBreakerOpen"]["expr"]
 
 
 def test_rule_values_set_the_threshold_and_labels():
@@ -162,4 +163,4 @@ def test_promtool_accepts_the_rendered_rules(tmp_path: Path):
     rules.write_text(yaml.safe_dump(rule()["spec"]))
     out = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 2 rules found" in out.stdout, out.stdout
+    assert "SUCCESS: 3 rules found" in out.stdout, out.stdout

@@ -2,6 +2,7 @@
 //! cluster starts once per `cargo test` run (see bouncer-testkit).
 
 mod bounce;
+mod breaker;
 mod cli;
 mod explain;
 mod faults;

@@ -346,7 +346,7 @@ async fn the_charts_alerts_fire_after_a_failed_run_and_resolve_after_a_good_one(
         .expect("Prometheus");
     let health = prometheus.rules().await.unwrap();
     let loaded = &health["data"]["groups"][0]["rules"];
-    assert_eq!(loaded.as_array().map(Vec::len), Some(2), "{health:#}");
+    assert_eq!(loaded.as_array().map(Vec::len), Some(3), "{health:#}");
     let chat = Receiver::start(Answer::Status(500)).await;
 
     // A bounce that cannot complete: its surge pod never schedules, the 5 s timeout fails it.

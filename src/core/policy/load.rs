@@ -374,6 +374,13 @@ mod tests {
             Some(Some(Threshold::Bytes(1 << 30)))
         );
         assert_eq!(leaky.cooldown, Duration::from_secs(7200));
+        assert_eq!(
+            leaky.breaker,
+            Some(crate::core::policy::Breaker {
+                max_bounces: 4,
+                per: Duration::from_secs(86400)
+            })
+        );
     }
 
     #[test]
@@ -390,8 +397,8 @@ mod tests {
             (chrono_tz::Tz::UTC, Duration::from_secs(7200))
         );
         assert_eq!(
-            (p.cooldown, p.max_per_run, p.allow_downtime),
-            (Duration::from_secs(3600), None, false)
+            (p.cooldown, p.max_per_run, p.allow_downtime, p.breaker),
+            (Duration::from_secs(3600), None, false, None)
         );
         assert_eq!(
             (p.restart.method, p.restart.timeout, p.restart.on_revert),

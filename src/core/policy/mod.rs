@@ -49,6 +49,8 @@ pub struct Policy {
     pub block_when: Option<String>,
     /// How far override annotations may loosen the policy (`spec.overrides`).
     pub overrides: OverrideBounds,
+    /// `spec.breaker`: None means no circuit breaker (the backoff after failures always holds).
+    pub breaker: Option<Breaker>,
 }
 
 /// The loosest values override annotations may set. `None`: the policy's own value, so an
@@ -59,6 +61,14 @@ pub struct OverrideBounds {
     pub min_memory_above: Option<u64>,
     pub min_percent_of_limit: Option<f64>,
     pub min_cooldown: Option<Duration>,
+}
+
+/// The circuit breaker: a workload bounced `max_bounces` times within `per` is not bounced
+/// again until the oldest of those leaves the window, and each run that refuses it says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Breaker {
+    pub max_bounces: u32,
+    pub per: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq)]

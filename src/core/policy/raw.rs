@@ -64,6 +64,8 @@ pub struct RawSpec {
     /// How far a workload's override annotations may loosen this policy. Omitted: not at all,
     /// an annotation may only make bouncer more careful (a higher threshold, a longer cooldown).
     pub overrides: Option<RawOverrides>,
+    /// A circuit breaker: flag, rather than bounce, a workload that keeps needing bounces.
+    pub breaker: Option<RawBreaker>,
 }
 
 /// The loosest values a workload's override annotations may set; a looser one is a skip
@@ -79,6 +81,20 @@ pub struct RawOverrides {
     pub min_percent_of_limit: Option<f64>,
     /// The shortest `bouncer.dev/cooldown` accepted, e.g. "30m" (default: `cooldown`).
     pub min_cooldown: Option<String>,
+}
+
+/// A workload bouncer attempted to bounce `maxBounces` times within `per` (whatever came of the
+/// attempts, by any policy) is not bounced again until the oldest of them is `per` old: it is
+/// skipped `breakerOpen`, with a Warning Event, a metric and a line in the notifications.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(rename = "Breaker")]
+pub struct RawBreaker {
+    /// Attempts allowed within `per`, 1 to 10 (the attempt mark keeps the last ten).
+    #[schemars(extend("minimum" = 1, "maximum" = 10))]
+    pub max_bounces: u32,
+    /// The window, as a duration such as "24h", at most 30d (the mark keeps 30 days).
+    pub per: String,
 }
 
 /// What holds a policy's bounces back.

@@ -10,14 +10,15 @@ use chrono_tz::Tz;
 use serde_yaml_ng::Value;
 
 use super::raw::{
-    RawGrowth, RawMemory, RawPolicy, RawPredict, RawRestart, RawSchedule, RawSelector, RawTarget,
-    RawWindow,
+    RawBreaker, RawGrowth, RawMemory, RawPolicy, RawPredict, RawRestart, RawSchedule, RawSelector,
+    RawTarget, RawWindow,
 };
 use super::{API_VERSION, KIND, Selector, Threshold, Window};
-use super::{Growth, HistoryTriggers, Predict};
 use super::{
-    MemoryTrigger, OnRevert, Operator, Policy, PolicyError, Requirement, Restart, RestartMethod,
+    Breaker, MemoryTrigger, OnRevert, Operator, Policy, PolicyError, Requirement, Restart,
+    RestartMethod,
 };
+use super::{Growth, HistoryTriggers, Predict};
 use super::{bytes_value, duration_value, percent_value};
 use crate::core::model::Kind;
 use crate::core::schedule::Schedule;
@@ -148,6 +149,7 @@ pub(super) fn validate(raw: RawPolicy, check: &mut Check) -> Option<Policy> {
             "must be a PromQL query, not empty",
         );
     }
+    let breaker = spec.breaker.map(|b| breaker(check, b));
 
     if check.failed {
         return None;
@@ -174,6 +176,45 @@ pub(super) fn validate(raw: RawPolicy, check: &mut Check) -> Option<Policy> {
         restart: restart?,
         block_when,
         overrides: overrides?,
+        breaker: match breaker {
+            Some(parsed) => Some(parsed?),
+            None => None,
+        },
+    })
+}
+
+/// `spec.breaker`: bounded by what the attempt mark keeps, so every bounce it counts is there.
+fn breaker(check: &mut Check, raw: RawBreaker) -> Option<Breaker> {
+    const FIELD: &str = "spec.breaker";
+    let max = crate::core::mark::MAX_ATTEMPTS as u32;
+    let max_bounces = if (1..=max).contains(&raw.max_bounces) {
+        Some(raw.max_bounces)
+    } else {
+        check.error(
+            Some(format!("{FIELD}.maxBounces")),
+            Some(raw.max_bounces.to_string()),
+            format!("must be 1 to {max} (the attempt mark keeps the last {max})"),
+        );
+        None
+    };
+    let per = duration(
+        check,
+        &format!("{FIELD}.per"),
+        Some(&raw.per),
+        Duration::ZERO,
+    )?;
+    let retention = crate::core::mark::RETENTION.to_std().unwrap_or_default();
+    if per > retention {
+        check.bad(
+            format!("{FIELD}.per"),
+            &raw.per,
+            "must be at most 30d (the attempt mark keeps 30 days)",
+        );
+        return None;
+    }
+    Some(Breaker {
+        max_bounces: max_bounces?,
+        per,
     })
 }
 
@@ -666,6 +707,11 @@ mod tests {
             (r#"spec.windows[0].to: "24:00": not a time"#, |d| d["spec"]["windows"] = json!([{"days": ["Mon"], "from": "01:00", "to": "24:00"}])),
             (r#"spec.windows[0].to: "01:00": equals from"#, |d| d["spec"]["windows"] = json!([{"days": ["Mon"], "from": "01:00", "to": "01:00"}])),
             ("spec.maxPerRun: 0: must be at least 1", |d| d["spec"]["maxPerRun"] = json!(0)),
+            ("spec.breaker.maxBounces: 0: must be 1 to 10", |d| d["spec"]["breaker"] = json!({"maxBounces": 0, "per": "24h"})),
+            ("spec.breaker.maxBounces: 11: must be 1 to 10", |d| d["spec"]["breaker"] = json!({"maxBounces": 11, "per": "24h"})),
+            (r#"spec.breaker.per: "31d": must be at most 30d"#, |d| d["spec"]["breaker"] = json!({"maxBounces": 3, "per": "31d"})),
+            (r#"spec.breaker.per: "often": not a duration"#, |d| d["spec"]["breaker"] = json!({"maxBounces": 3, "per": "often"})),
+            ("spec.breaker.per: required field is missing", |d| d["spec"]["breaker"] = json!({"maxBounces": 3})),
             (r#"spec.restart.timeout: "0m": must be longer than zero"#, |d| d["spec"]["restart"] = json!({"timeout": "0m"})),
             ("spec.target.selector: matchLabels and matchExpressions are both empty", |d| d["spec"]["target"]["selector"] = json!({})),
             ("spec.target.selector.matchExpressions[0].values: In needs at least one value", |d| d["spec"]["target"]["selector"]["matchExpressions"] = json!([{"key": "tier", "operator": "In"}])),
