@@ -333,7 +333,7 @@ impl Executor<'_> {
             }
         };
         let at = (self.clock)();
-        let value = match crate::core::toolhive::restart_request(&state, at) {
+        let value = match crate::core::toolhive::restart_request(&state, fresh, at) {
             Ok(v) => v,
             Err(reason) => return Status::Skipped(reason),
         };
@@ -555,7 +555,7 @@ impl Executor<'_> {
             .collect();
         pods.sort_by(|a, b| a.name.cmp(&b.name));
         let evicted = pods.len();
-        let selector = (w.target.kind != Kind::Pod).then(|| w.pod_selector.clone());
+        let replacement = evict::Replacement::of(w);
         for pod in pods {
             tracing::info!(workload = %w.target, "evicting pod {} ({})", pod.name, evict::EVICTION_API);
             out.patched_at.get_or_insert_with(self.clock);
@@ -576,9 +576,8 @@ impl Executor<'_> {
             let replaced = evict::wait_replaced(
                 &self.client,
                 ns,
-                &pod.uid,
-                selector.as_deref(),
-                &pod.name,
+                (&pod.name, &pod.uid),
+                replacement,
                 want,
                 deadline,
             );

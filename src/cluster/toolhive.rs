@@ -50,6 +50,8 @@ struct Resource {
 #[derive(Default, Deserialize)]
 struct Metadata {
     #[serde(default)]
+    uid: Option<String>,
+    #[serde(default)]
     annotations: Option<std::collections::BTreeMap<String, String>>,
 }
 
@@ -65,12 +67,13 @@ fn state(server: &McpServerRef, json: &str) -> Result<McpServerState, kube::Erro
     let mut annotations = r.metadata.annotations.unwrap_or_default();
     Ok(McpServerState {
         name: server.name.clone(),
+        uid: r.metadata.uid.unwrap_or_default(),
         strategy: annotations.remove(TOOLHIVE_RESTART_STRATEGY),
         last_processed: annotations.remove(TOOLHIVE_LAST_PROCESSED),
     })
 }
 
-/// The MCPServer's restart annotations, right before asking.
+/// The MCPServer's UID and restart annotations, right before asking.
 pub async fn read(
     client: &Client,
     namespace: &str,
