@@ -10,9 +10,12 @@ mod harness;
 mod metrics;
 mod notify;
 mod overrides;
+mod owners;
 mod prometheus;
 mod revert;
 mod safety;
 mod safety_cases;
+mod scope;
 
 mod toolhive;
+mod toolhive_owner;
