@@ -93,6 +93,10 @@ async fn an_eviction_waits_for_its_own_replacement_not_a_canary() {
             gap >= chrono::Duration::seconds(14),
             "the second eviction came {gap} after the first, before a {SLOW_START} start"
         );
+        eprintln!(
+            "evictions {:.1}s apart (replacement start {SLOW_START}, a canary Ready all along)",
+            gap.as_seconds_f64()
+        );
     }
 }
 
