@@ -136,6 +136,24 @@ async fn shared_namespace(client: &Client) {
     }
 }
 
+/// Deletes the test's Lease from the shared namespace however the test ends.
+struct DropLease(&'static str);
+
+impl Drop for DropLease {
+    fn drop(&mut self) {
+        let _ = bouncer_testkit::kubectl()
+            .args([
+                "-n",
+                SHARED,
+                "delete",
+                "lease",
+                self.0,
+                "--ignore-not-found",
+            ])
+            .output();
+    }
+}
+
 /// A run from a laptop whose kubeconfig context points at another namespace takes the same
 /// Lease as the CronJob (namespace `bouncer`, whatever the context says): while the CronJob's
 /// run holds it, the laptop's run bounces nothing; once free, the laptop's run takes that very
@@ -159,6 +177,7 @@ async fn a_run_from_another_context_takes_the_cronjobs_lease() {
     let mut lease: Lease = serde_json::from_value(held(Utc::now())).unwrap();
     lease.metadata.name = Some(lease_name.into());
     let shared = Api::<Lease>::namespaced(client.clone(), SHARED);
+    let _cleanup = DropLease(lease_name);
     shared
         .create(&PostParams::default(), &lease)
         .await
@@ -205,5 +224,4 @@ async fn a_run_from_another_context_takes_the_cronjobs_lease() {
         own.expect("get lease").is_none(),
         "no Lease in the context's namespace"
     );
-    let _ = shared.delete(lease_name, &Default::default()).await;
 }
