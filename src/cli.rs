@@ -80,7 +80,7 @@ pub struct Flags {
     /// Rollout timeout for policies that set none, e.g. 10m [env: BOUNCER_ROLLOUT_TIMEOUT] [default: 10m]
     #[arg(long, global = true, value_parser = humantime::parse_duration)]
     pub rollout_timeout: Option<Duration>,
-    /// Namespace of the run lock (a Lease) [env: BOUNCER_LEASE_NAMESPACE] [default: the context's namespace]
+    /// Namespace of the run lock (a Lease); the chart's CronJob sets its own [env: BOUNCER_LEASE_NAMESPACE] [default: bouncer]
     #[arg(long, global = true)]
     pub lease_namespace: Option<String>,
     /// Name of the run lock Lease [env: BOUNCER_LEASE_NAME] [default: bouncer]
@@ -140,6 +140,11 @@ impl Env {
     }
 }
 
+/// Where the run lock lives unless set: a fixed namespace, the one the README installs the
+/// chart in, never the kubeconfig context's. A person's run from a laptop must take the same
+/// Lease as the CronJob, or both bounce at once and neither sees the other's bare-pod marks.
+pub const DEFAULT_LEASE_NAMESPACE: &str = "bouncer";
+
 /// Effective settings after flags, environment and defaults are merged.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -151,7 +156,7 @@ pub struct Settings {
     pub report: Option<PathBuf>,
     pub log_format: LogFormat,
     pub rollout_timeout: Duration,
-    pub lease_namespace: Option<String>,
+    pub lease_namespace: String,
     pub lease_name: String,
     pub dry_run: bool,
     pub verify_settle: Duration,
@@ -210,7 +215,11 @@ impl Settings {
                 .or(env.log_format)
                 .unwrap_or(LogFormat::Text),
             rollout_timeout,
-            lease_namespace: flags.lease_namespace.or(env.lease_namespace),
+            lease_namespace: flags
+                .lease_namespace
+                .or(env.lease_namespace)
+                .filter(|ns| !ns.trim().is_empty())
+                .unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.into()),
             lease_name: flags
                 .lease_name
                 .or(env.lease_name)
@@ -292,6 +301,14 @@ mod tests {
         assert_eq!(s.max_bounces, 3);
         assert_eq!(s.rollout_timeout, Duration::from_secs(120));
         assert_eq!(s.policies, vec![PathBuf::from("policies")]);
+        // Whatever the kubeconfig's context says: the CronJob and a person share one Lease.
+        assert_eq!(s.lease_namespace, DEFAULT_LEASE_NAMESPACE);
+        let env = Env {
+            lease_namespace: Some("ops".into()),
+            ..Default::default()
+        };
+        let s = Settings::merge(Flags::default(), env, false).unwrap();
+        assert_eq!(s.lease_namespace, "ops");
         let flags = Flags {
             max_bounces: Some(1),
             ..Default::default()

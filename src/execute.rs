@@ -10,7 +10,7 @@ use kube::Client;
 use tokio::sync::watch;
 
 use crate::cluster::events::{self, Severity};
-use crate::cluster::evict::{self, EvictError};
+use crate::cluster::evict::{self, EvictError, Replacement};
 use crate::cluster::lock::{LeaseGuard, Stop};
 use crate::cluster::prometheus;
 use crate::cluster::retry::with_retries;
@@ -376,17 +376,21 @@ impl Kube<'_> {
             Stage::Replaced {
                 target,
                 pod,
+                owners,
+                selector,
                 want,
                 deadline,
             } => {
-                let selector = self.selector_of(target).await;
+                let replacement = match target.kind {
+                    Kind::Pod => Replacement::Named,
+                    _ => Replacement::Owned { owners, selector },
+                };
                 Observation::Replaced(
                     evict::wait_replaced(
                         &self.client,
                         &target.namespace,
-                        &pod.uid,
-                        selector.as_deref(),
-                        &pod.name,
+                        (&pod.name, &pod.uid),
+                        replacement,
                         *want,
                         self.instant(*deadline),
                     )
@@ -395,15 +399,5 @@ impl Kube<'_> {
                 )
             }
         }
-    }
-
-    async fn selector_of(&self, target: &WorkloadRef) -> Option<String> {
-        if target.kind == Kind::Pod {
-            return None;
-        }
-        crate::cluster::kinds::get(&self.client, target)
-            .await
-            .ok()
-            .map(|w| w.pod_selector)
     }
 }

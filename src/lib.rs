@@ -130,7 +130,7 @@ async fn explain(settings: &Settings, target: &str) -> ExitStatus {
             return ExitStatus::Cluster;
         }
     };
-    let lease_ns = (settings.lease_namespace.clone()).unwrap_or(clients.namespace.clone());
+    let lease_ns = settings.lease_namespace.clone();
     let clients_pair = (&clients.api, &clients.metrics);
     let Observed {
         inventory,
@@ -179,12 +179,12 @@ async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus
         Ok(c) => c,
         Err(e) => return cluster_failed(e),
     };
-    let (client, metrics, default_ns) = (clients.api, clients.metrics, clients.namespace);
+    let (client, metrics) = (clients.api, clients.metrics);
     let (stop_tx, stop_rx) = watch::channel(None);
     let signals = tokio::spawn(stop_on_signal(stop_tx.clone()));
 
     let mut lease = None;
-    let lease_ns = settings.lease_namespace.clone().unwrap_or(default_ns);
+    let lease_ns = settings.lease_namespace.clone();
     if mode == Mode::Run {
         let ns = lease_ns.clone();
         let identity = format!("{host}-{}", std::process::id());

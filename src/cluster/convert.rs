@@ -62,6 +62,7 @@ fn toolhive(kind: Kind, meta: &ObjectMeta, template: &PodTemplateSpec) -> Toolhi
         .map(|o| McpServerRef {
             api_version: o.api_version.clone(),
             name: o.name.clone(),
+            uid: o.uid.clone(),
         });
     let restarted_at = template
         .metadata
@@ -92,6 +93,11 @@ fn base(
 ) -> Workload {
     let restarted_at = template_restarted_at(&template);
     let toolhive = toolhive(kind, &meta, &template);
+    // A Deployment's pods belong to its ReplicaSets, which the snapshot and the fresh read add.
+    let pod_owners = match kind {
+        Kind::StatefulSet | Kind::DaemonSet => meta.uid.iter().cloned().collect(),
+        Kind::Deployment | Kind::Pod => Vec::new(),
+    };
     Workload {
         target: WorkloadRef {
             kind,
@@ -100,6 +106,7 @@ fn base(
         },
         template_labels: Arc::new(template.metadata.and_then(|m| m.labels).unwrap_or_default()),
         pod_selector: self::selector(selector).to_string(),
+        pod_owners,
         attempt: AttemptMark::from_annotations(
             meta.annotations.as_ref().unwrap_or(&BTreeMap::new()),
         ),
@@ -297,6 +304,7 @@ pub fn bare(mut p: wire::Pod) -> Workload {
         },
         template_labels: Arc::clone(&sample.labels),
         pod_selector: String::new(),
+        pod_owners: Vec::new(),
         mirror: annotations.contains_key(MIRROR_ANNOTATION),
         toolhive: Default::default(),
         annotations: own(Some(annotations)),

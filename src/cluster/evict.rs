@@ -13,7 +13,7 @@ use super::kinds;
 use super::retry::transient;
 use super::watch::{Filter, Seen, follow};
 use super::wire;
-use crate::core::model::{Kind, PodSample};
+use crate::core::model::{Kind, PodSample, Workload};
 
 /// The Eviction API: policy/v1, served from v1.21 (the oldest release bouncer supports).
 pub const EVICTION_API: &str = "policy/v1";
@@ -98,23 +98,61 @@ fn readiness(p: &wire::Pod) -> (bool, bool) {
     (s.ready, s.deleting)
 }
 
-/// Waits until the evicted pod (by UID) is gone and `want` ready pods match again: a bare pod
-/// recreated under its name, or a controller's replacement under its selector.
+/// The pods that count as an evicted pod's replacement.
+#[derive(Debug, Clone, Copy)]
+pub enum Replacement<'a> {
+    /// A controller's: pods whose controller ownerReference has one of these UIDs (the
+    /// workload's `pod_owners`). The selector only narrows the watch: another pod with the same
+    /// labels (a canary, a debug copy) is not a replacement, however ready it is.
+    Owned {
+        owners: &'a [String],
+        selector: &'a str,
+    },
+    /// A bare pod's: one recreated under its name.
+    Named,
+}
+
+impl<'a> Replacement<'a> {
+    pub fn of(w: &'a Workload) -> Self {
+        match w.target.kind {
+            Kind::Pod => Replacement::Named,
+            Kind::Deployment | Kind::StatefulSet | Kind::DaemonSet => Replacement::Owned {
+                owners: &w.pod_owners,
+                selector: &w.pod_selector,
+            },
+        }
+    }
+
+    fn counts(&self, p: &wire::Pod) -> bool {
+        match self {
+            Replacement::Owned { owners, .. } => {
+                p.metadata.owner_references.iter().flatten().any(|o| {
+                    o.controller == Some(true) && !o.uid.is_empty() && owners.contains(&o.uid)
+                })
+            }
+            // The watch selects the name already.
+            Replacement::Named => true,
+        }
+    }
+}
+
+/// Waits until the evicted pod (by UID) is gone and `want` ready pods of the same owner are
+/// there again (see [`Replacement`]).
 pub async fn wait_replaced(
     client: &Client,
     namespace: &str,
-    evicted_uid: &str,
-    selector: Option<&str>,
-    name: &str,
+    (name, evicted_uid): (&str, &str),
+    replacement: Replacement<'_>,
     want: usize,
     deadline: tokio::time::Instant,
 ) -> Result<(), EvictError> {
-    let filter = match selector {
-        Some(s) if !s.is_empty() => Filter {
-            labels: Some(s.to_string()),
+    let filter = match replacement {
+        Replacement::Owned { selector, .. } if !selector.is_empty() => Filter {
+            labels: Some(selector.to_string()),
             ..Default::default()
         },
-        _ => Filter {
+        Replacement::Owned { .. } => Filter::default(),
+        Replacement::Named => Filter {
             fields: Some(format!("metadata.name={name}")),
             ..Default::default()
         },
@@ -131,7 +169,17 @@ pub async fn wait_replaced(
     };
     let waiting = follow(client, &url, &filter, None, |seen: Seen<wire::Pod>| {
         match seen {
-            Seen::Listed(all) => pods = all.iter().map(|p| (uid(p), readiness(p))).collect(),
+            Seen::Listed(all) => {
+                pods = all
+                    .iter()
+                    .filter(|p| replacement.counts(p))
+                    .map(|p| (uid(p), readiness(p)))
+                    .collect();
+            }
+            // A pod the owner let go of (its labels changed) no longer counts.
+            Seen::Applied(p) if !replacement.counts(&p) => {
+                pods.remove(&uid(&p));
+            }
             Seen::Applied(p) => {
                 pods.insert(uid(&p), readiness(&p));
             }
@@ -149,9 +197,50 @@ pub async fn wait_replaced(
         Err(EvictError::NoReplacement {
             pod: format!("{namespace}/{name}"),
             detail: format!(
-                "{ready}/{want} ready, old pod gone: {}",
+                "{ready}/{want} of its owner's pods ready, old pod gone: {}",
                 !pods.contains_key(evicted_uid)
             ),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod(name: &str, owners: serde_json::Value) -> wire::Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "uid": format!("u-{name}"), "labels": {"app": "web"},
+                         "ownerReferences": owners},
+        }))
+        .unwrap()
+    }
+
+    /// Only the owner's pods replace an evicted one: a canary with the same labels, a pod that
+    /// names the owner without being its controller, or one of a namesake owner (another UID)
+    /// is not a replacement, however ready.
+    #[test]
+    fn only_pods_of_the_same_owner_count_as_replacements() {
+        let owners = ["uid-rs-1".to_string(), "uid-rs-2".to_string()];
+        let replacement = Replacement::Owned {
+            owners: &owners,
+            selector: "app=web",
+        };
+        let rs = |name: &str, uid: &str, controller: bool| json!([{"kind": "ReplicaSet", "name": name, "uid": uid, "controller": controller}]);
+        let cases = [
+            (pod("web-1-a", rs("web-1", "uid-rs-1", true)), true),
+            (pod("web-2-a", rs("web-2", "uid-rs-2", true)), true),
+            (pod("canary", json!([])), false),
+            (pod("held", rs("web-1", "uid-rs-1", false)), false),
+            (pod("namesake", rs("web-1", "uid-other", true)), false),
+            (pod("no-uid", rs("web-1", "", true)), false),
+        ];
+        for (p, want) in cases {
+            let name = p.metadata.name.clone().unwrap();
+            assert_eq!(replacement.counts(&p), want, "{name}");
+        }
+        assert!(Replacement::Named.counts(&pod("mcpd-0", json!([]))));
     }
 }

@@ -32,8 +32,6 @@ pub struct Clients {
     /// For metrics.k8s.io, without kube's retries: metrics are optional, and kube retries a 503
     /// (metrics-server down) for minutes before it answers.
     pub metrics: Client,
-    /// The kubeconfig's (or the pod's) namespace.
-    pub namespace: String,
 }
 
 /// Connects from the kubeconfig `context` (None: the in-cluster config, else the current one).
@@ -54,12 +52,10 @@ pub async fn connect(context: Option<&str>) -> Result<Clients, ClusterError> {
         http::header::USER_AGENT,
         http::HeaderValue::from_static(USER_AGENT),
     ));
-    let namespace = config.default_namespace.clone();
     let mut once = config.clone();
     once.default_retry = false;
     Ok(Clients {
         api: Client::try_from(config).map_err(ClusterError::Connect)?,
         metrics: Client::try_from(once).map_err(ClusterError::Connect)?,
-        namespace,
     })
 }

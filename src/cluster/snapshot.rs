@@ -63,8 +63,8 @@ fn with_usage(sample: &mut PodSample, containers: &[(String, u64)]) {
     }
 }
 
-/// (namespace, owner kind, owner name): a controller's pods as the LIST names it.
-type OwnerKey = (String, String, String);
+/// (namespace, owner kind, owner name, owner UID): a controller's pods as the LIST names it.
+type OwnerKey = (String, String, String, String);
 
 /// The pods, grouped as the LIST streams so that a cluster's worth of them is never staged and
 /// the owner is kept once per controller rather than per pod. Their metrics are joined as the
@@ -73,6 +73,9 @@ type OwnerKey = (String, String, String);
 struct Pods {
     owned: BTreeMap<OwnerKey, Vec<PodSample>>,
     bare: Vec<Workload>,
+    /// Pods with owners but no controller among them: not bare (something else holds them),
+    /// and no controller bouncer knows would replace them.
+    foreign: Vec<Unsupported>,
     usage: Usage,
     /// The label keys kept (the policies' and the PodDisruptionBudgets'); None keeps all.
     keep: Option<BTreeSet<String>>,
@@ -109,13 +112,28 @@ impl Pods {
                 let owner = owners.swap_remove(i);
                 let pods = self
                     .owned
-                    .entry((namespace, owner.kind, owner.name))
+                    .entry((namespace, owner.kind, owner.name, owner.uid))
                     .or_default();
                 let mut sample = convert::pod(p, pods.last());
                 if let Some(containers) = usage {
                     with_usage(&mut sample, &containers);
                 }
                 pods.push(sample);
+            }
+            // Any ownerReference, controller or not (a garbage-collection parent, a custom
+            // resource's), means the pod is not bare: evicting it under `kinds: [Pod]` would
+            // restart what another object holds.
+            None if !owners.is_empty() => {
+                if !gone(&p) {
+                    let owner = owners.swap_remove(0);
+                    self.foreign.push(Unsupported {
+                        namespace,
+                        pod: p.metadata.name.unwrap_or_default(),
+                        owner_kind: owner.kind,
+                        owner_name: owner.name,
+                        labels: p.metadata.labels.unwrap_or_default(),
+                    });
+                }
             }
             None => {
                 p.metadata.namespace = Some(namespace);
@@ -396,6 +414,7 @@ fn group(
     let Pods {
         owned,
         mut bare,
+        foreign,
         mut usage,
         ..
     } = pods;
@@ -404,8 +423,8 @@ fn group(
         .enumerate()
         .map(|(i, w)| (w.target.clone(), i))
         .collect();
-    let mut unsupported = Vec::new();
-    for ((namespace, owner_kind, owner), mut samples) in owned {
+    let mut unsupported = foreign;
+    for ((namespace, owner_kind, owner, owner_uid), mut samples) in owned {
         // Pushed one by one, a ReplicaSet's five pods sit in room for eight.
         samples.shrink_to_fit();
         for sample in &mut samples {
@@ -433,6 +452,9 @@ fn group(
         });
         match slot {
             Some(i) => {
+                if owner_kind == "ReplicaSet" {
+                    workloads[i].pod_owners.push(owner_uid);
+                }
                 let pods = &mut workloads[i].pods;
                 if pods.is_empty() {
                     *pods = samples;
@@ -503,25 +525,26 @@ pub async fn read_workload(client: &Client, target: &WorkloadRef) -> Result<Work
     let mut listed: Vec<wire::Pod> = Vec::new();
     let url = kinds::collection(Kind::Pod, Some(ns));
     pages(client, &url, &selected, |p| listed.push(p)).await?;
-    let rs_names: BTreeSet<String> = if target.kind == Kind::Deployment {
-        let mut rs = Vec::new();
+    if target.kind == Kind::Deployment {
         let url = kinds::replicasets(Some(ns));
-        pages(client, &url, &selected, |r| rs.push(rs_owner(r))).await?;
-        rs.into_iter()
-            .filter(|(_, owner)| owner.as_deref() == Some(target.name.as_str()))
-            .map(|((_, name), _)| name)
-            .collect()
-    } else {
-        BTreeSet::new()
-    };
-    let mine = listed.into_iter().filter(|p| !gone(p)).filter(|p| {
-        p.metadata.owner_references.iter().flatten().any(|o| {
-            o.controller == Some(true)
-                && match target.kind {
-                    Kind::Deployment => o.kind == "ReplicaSet" && rs_names.contains(&o.name),
-                    _ => o.kind == target.kind.as_str() && o.name == target.name,
-                }
+        let owners = &mut w.pod_owners;
+        pages(client, &url, &selected, |r: wire::ReplicaSet| {
+            let uid = r.metadata.uid.clone().unwrap_or_default();
+            if rs_owner(r).1.as_deref() == Some(target.name.as_str()) {
+                owners.push(uid);
+            }
         })
+        .await?;
+    }
+    // By UID: a pod that only carries the names of the workload's controllers (one deleted and
+    // created again, or a forged reference) is not its pod.
+    let owners = &w.pod_owners;
+    let mine = listed.into_iter().filter(|p| !gone(p)).filter(|p| {
+        p.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.controller == Some(true) && !o.uid.is_empty() && owners.contains(&o.uid))
     });
     for p in mine {
         let sample = convert::pod(p, w.pods.last());
@@ -540,7 +563,9 @@ mod tests {
     fn pod(name: &str, owner: (&str, &str), labels: serde_json::Value) -> wire::Pod {
         let owners = match owner {
             ("", _) => json!([]),
-            (kind, owner) => json!([{"kind": kind, "name": owner, "controller": true}]),
+            (kind, owner) => {
+                json!([{"kind": kind, "name": owner, "uid": format!("uid-{owner}"), "controller": true}])
+            }
         };
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "shop", "uid": format!("u-{name}"), "labels": labels,
@@ -608,6 +633,11 @@ mod tests {
         ];
         let (workloads, unsupported) = group(pods, owners, controllers);
         let web = &workloads[0];
+        assert_eq!(
+            web.pod_owners,
+            ["uid-web-1", "uid-web-2"],
+            "its ReplicaSets"
+        );
         let names: Vec<_> = web.pods.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["web-1-a", "web-1-c", "web-2-b"], "the LIST's order");
         let usage: Vec<_> = web.pods.iter().map(|p| p.containers[0].usage).collect();
@@ -656,6 +686,44 @@ mod tests {
         ]);
         assert_eq!(*db.pods[0].labels, want);
         assert!(Arc::ptr_eq(&db.pods[0].labels, &db.pods[1].labels));
+    }
+
+    /// Any ownerReference makes a pod owned: one whose owners include no controller (a
+    /// garbage-collection parent, a ReplicaSet that let it go) is neither a controller's replica
+    /// nor a bare pod that `kinds: [Pod]` may evict, but an unsupported owner.
+    #[test]
+    fn pods_with_owners_but_no_controller_are_not_bare() {
+        let mut pods = Pods::default();
+        for (name, kind, controller) in [
+            ("held", "ConfigMap", json!(null)),
+            ("released", "ReplicaSet", json!(false)),
+        ] {
+            let mut p = pod(name, ("", ""), json!({"app": "x"}));
+            p.metadata.owner_references = Some(
+                serde_json::from_value(json!([{"apiVersion": "v1", "kind": kind,
+                    "name": "parent", "uid": "uid-parent", "controller": controller}]))
+                .unwrap(),
+            );
+            pods.pod(p);
+        }
+        pods.pod(pod("loner", ("", ""), json!({"app": "x"})));
+        let (workloads, unsupported) = group(pods, BTreeMap::new(), Vec::new());
+        let bare: Vec<_> = workloads.iter().map(|w| w.target.name.as_str()).collect();
+        assert_eq!(bare, ["loner"]);
+        let owned: Vec<_> = unsupported
+            .iter()
+            .map(|u| {
+                (
+                    u.pod.as_str(),
+                    u.owner_kind.as_str(),
+                    u.labels["app"].as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            owned,
+            [("held", "ConfigMap", "x"), ("released", "ReplicaSet", "x")]
+        );
     }
 
     /// A metrics LIST that fails part way leaves no pod with metrics.

@@ -51,6 +51,8 @@ struct Resource {
 #[serde(rename_all = "camelCase")]
 struct Metadata {
     #[serde(default)]
+    uid: Option<String>,
+    #[serde(default)]
     annotations: Option<std::collections::BTreeMap<String, String>>,
     #[serde(default)]
     resource_version: Option<String>,
@@ -68,13 +70,14 @@ fn state(server: &McpServerRef, json: &str) -> Result<McpServerState, kube::Erro
     let mut annotations = r.metadata.annotations.unwrap_or_default();
     Ok(McpServerState {
         name: server.name.clone(),
+        uid: r.metadata.uid.unwrap_or_default(),
         strategy: annotations.remove(TOOLHIVE_RESTART_STRATEGY),
         last_processed: annotations.remove(TOOLHIVE_LAST_PROCESSED),
         resource_version: r.metadata.resource_version.unwrap_or_default(),
     })
 }
 
-/// The MCPServer's restart annotations, right before asking.
+/// The MCPServer's UID and restart annotations, right before asking.
 pub async fn read(
     client: &Client,
     namespace: &str,

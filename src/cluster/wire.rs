@@ -100,6 +100,8 @@ pub struct OwnerReference {
     pub kind: String,
     #[serde(default, deserialize_with = "nullable")]
     pub name: String,
+    #[serde(default, deserialize_with = "nullable")]
+    pub uid: String,
     pub controller: Option<bool>,
 }
 

@@ -56,10 +56,14 @@ pub enum Stage {
         deadline: DateTime<Utc>,
         timeout: Duration,
     },
-    /// The evicted pod gone and `want` ready pods of the same owner again.
+    /// The evicted pod gone and `want` ready pods of the same owner again: for a controller,
+    /// pods whose controller is one of `owners` (the selector only narrows the watch); for a
+    /// bare pod, one recreated under its name.
     Replaced {
         target: WorkloadRef,
         pod: PodRef,
+        owners: Vec<String>,
+        selector: String,
         want: usize,
         deadline: DateTime<Utc>,
     },

@@ -119,6 +119,10 @@ pub struct Machine<'a> {
     phase: Phase,
     outcome: Outcome,
     attempt: Option<Attempt>,
+    /// Who owns the workload's pods and how they are selected, from the latest fresh read: an
+    /// evicted pod's replacement is one of theirs.
+    owners: Vec<String>,
+    selector: String,
     /// The workload's mark as read before acting: each write records the attempt in it.
     seen_mark: AttemptMark,
     restart: Option<Restart>,
@@ -139,6 +143,8 @@ impl<'a> Machine<'a> {
             limits,
             phase: Phase::Start,
             attempt: None,
+            owners: Vec::new(),
+            selector: String::new(),
             seen_mark: AttemptMark::None,
             restart: None,
             fresh: None,
@@ -173,7 +179,8 @@ impl<'a> Machine<'a> {
                     Ok(s) => s,
                     Err(error) => return self.skip(SkipReason::ReadFailed { error }, now),
                 };
-                match toolhive::restart_request(&state, now) {
+                let proxy = self.fresh.as_ref().expect("read before acting");
+                match toolhive::restart_request(&state, proxy, now) {
                     Ok(value) => {
                         let resource_version = state.resource_version.clone();
                         self.phase = Phase::Marking {
@@ -338,6 +345,8 @@ impl<'a> Machine<'a> {
                     Action::Wait(Stage::Replaced {
                         target: self.bounce.target.clone(),
                         pod,
+                        owners: self.owners.clone(),
+                        selector: self.selector.clone(),
                         want,
                         deadline: self.deadline(),
                     })
@@ -414,6 +423,8 @@ impl<'a> Machine<'a> {
         });
         let server = w.toolhive.server.clone();
         self.seen_mark = w.attempt.clone();
+        self.owners = w.pod_owners.clone();
+        self.selector = w.pod_selector.clone();
         self.fresh = Some(w);
         match method {
             Method::Rollout => {

@@ -104,6 +104,9 @@ impl Machine<'_> {
         revert: Option<Revert>,
         now: DateTime<Utc>,
     ) -> Action {
+        // After a revert the owners are those of the read the evictions' gates passed on.
+        self.owners = w.pod_owners.clone();
+        self.selector = w.pod_selector.clone();
         let old = &self.restart.as_ref().expect("set before acting").old;
         let live: Vec<_> = w.pods.iter().filter(|p| !p.deleting).collect();
         let want = live.len().max(1);

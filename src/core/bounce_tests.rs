@@ -125,7 +125,8 @@ impl Script {
 
 fn server_state(strategy: Option<&str>) -> McpServerState {
     McpServerState {
-        name: "fetch".into(),
+        name: "web".into(),
+        uid: "server-uid".into(),
         strategy: strategy.map(Into::into),
         last_processed: None,
         resource_version: "7".into(),
@@ -623,7 +624,8 @@ fn mcp_proxy() -> Workload {
     w.toolhive = ToolhiveRestart {
         server: Some(McpServerRef {
             api_version: "toolhive.stacklok.dev/v1beta1".into(),
-            name: "fetch".into(),
+            name: "web".into(),
+            uid: "server-uid".into(),
         }),
         restarted_at: None,
     };

@@ -9,9 +9,9 @@ use crate::core::disruption;
 use crate::core::history::{self, Prometheus};
 use crate::core::literals::EXCLUDE_ANNOTATION;
 use crate::core::mark::AttemptMark;
-use crate::core::model::{Kind, Method, Pdb, UpdateStrategy, Workload};
+use crate::core::model::{Kind, McpServerRef, Method, Pdb, UpdateStrategy, Workload};
 use crate::core::policy::{Policy, RestartMethod};
-use crate::core::reasons::SkipReason;
+use crate::core::reasons::{NotProxy, SkipReason};
 use crate::core::rollout::{self, RolloutState};
 
 /// Opt-outs and things bouncer never restarts.
@@ -162,7 +162,9 @@ fn method_for(policy: &Policy, w: &Workload) -> Result<Method, SkipReason> {
         Kind::StatefulSet | Kind::DaemonSet => w.strategy != UpdateStrategy::OnDelete,
     };
     match (policy.restart.method, rolls) {
-        (RestartMethod::Toolhive, true) if w.toolhive.server.is_some() => Ok(Method::Toolhive),
+        (RestartMethod::Toolhive, true) if w.toolhive.server.is_some() => {
+            operator_proxy(w).map(|_| Method::Toolhive)
+        }
         (RestartMethod::Evict, _) | (RestartMethod::Auto | RestartMethod::Toolhive, false) => {
             Ok(Method::Evict)
         }
@@ -223,4 +225,17 @@ pub fn blocker(policy: &Policy, prometheus: &Prometheus) -> Result<(), SkipReaso
 
 pub fn oldest_start(w: &Workload) -> Option<DateTime<Utc>> {
     w.pods.iter().filter_map(|p| p.started).min()
+}
+
+/// The MCPServer to ask for a restart of `proxy` (`restart.method: toolhive`), if `proxy` can be
+/// the Deployment its operator rolls: the one named after the server (see `core::toolhive`).
+/// The plan knows no UIDs; `toolhive::restart_request` checks the server's on the fresh read.
+pub fn operator_proxy(proxy: &Workload) -> Result<Option<&McpServerRef>, SkipReason> {
+    match &proxy.toolhive.server {
+        Some(server) if server.name != proxy.target.name => Err(SkipReason::NotOperatorOwned {
+            server: server.name.clone(),
+            why: NotProxy::Name,
+        }),
+        server => Ok(server.as_ref()),
+    }
 }

@@ -201,6 +201,7 @@ fn workload(c: &Case) -> Workload {
         w.toolhive.server = Some(McpServerRef {
             api_version: "toolhive.stacklok.dev/v1beta1".into(),
             name: "w".into(),
+            uid: "server-uid".into(),
         });
     }
     w

@@ -168,6 +168,12 @@ pub struct Workload {
     /// The controller's pod selector in `kubectl -l` form: the fresh read before acting lists
     /// its pods with it (a string: one map per workload was a fifth of a large plan's memory).
     pub pod_selector: String,
+    /// UIDs of the controllers whose pods are this workload's (their controller
+    /// ownerReference): a StatefulSet's or DaemonSet's own, a Deployment's ReplicaSets (those
+    /// with pods in the snapshot; every one it controls on the fresh read). Empty for a bare pod,
+    /// which is its own. An eviction's replacement is counted only among these controllers'
+    /// pods, never among others that happen to match the selector.
+    pub pod_owners: Vec<String>,
     /// bouncer's own annotations on the workload's metadata (`bouncer.dev/...`: opt-out,
     /// overrides, attempt mark); no other annotation is kept.
     pub annotations: BTreeMap<String, String>,
@@ -204,6 +210,9 @@ pub struct McpServerRef {
     /// As the ownerReference names it, e.g. `toolhive.stacklok.dev/v1beta1`.
     pub api_version: String,
     pub name: String,
+    /// The ownerReference's UID: the server it was written for, which a server deleted and
+    /// created again under the same name is not.
+    pub uid: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]

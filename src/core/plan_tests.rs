@@ -96,6 +96,7 @@ pub(crate) fn deployment(ns: &str, name: &str, app: &str, pods: Vec<PodSample>) 
         },
         template_labels: labels(&[("app", app)]).into(),
         pod_selector: format!("app={app}"),
+        pod_owners: Vec::new(),
         annotations: BTreeMap::new(),
         attempt: Default::default(),
         restarted_at: None,

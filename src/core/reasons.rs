@@ -169,6 +169,35 @@ pub struct NotDue {
     pub history: Vec<Waiting>,
 }
 
+/// Why a Deployment that names an MCPServer as its controller is not the one its operator
+/// restarts (see `core::toolhive`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotProxy {
+    /// The operator's proxy Deployment carries the server's name; this one does not.
+    Name,
+    /// The ownerReference was written for another server of that name (`owner`, by UID) than
+    /// the one that exists now (`server`).
+    Uid { owner: String, server: String },
+    /// No MCPServer controls it (any more).
+    NoOwner,
+}
+
+impl fmt::Display for NotProxy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotProxy::Name => write!(
+                f,
+                "the operator's proxy Deployment carries the server's name"
+            ),
+            NotProxy::Uid { owner, server } => write!(
+                f,
+                "its ownerReference names UID {owner:?}, the server's UID is {server:?}"
+            ),
+            NotProxy::NoOwner => write!(f, "no MCPServer controls it"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum SkipReason {
     NamespaceExcluded,
@@ -274,6 +303,12 @@ pub enum SkipReason {
         server: String,
         strategy: String,
     },
+    /// `restart.method: toolhive` on a Deployment that names an MCPServer as its controller
+    /// but is not that server's proxy Deployment, the one its operator restarts.
+    NotOperatorOwned {
+        server: String,
+        why: NotProxy,
+    },
 }
 
 impl SkipReason {
@@ -309,6 +344,7 @@ impl SkipReason {
             SkipReason::Blocked { .. } => "blocked",
             SkipReason::BlockerFailed { .. } => "blockerFailed",
             SkipReason::RestartStrategy { .. } => "restartStrategy",
+            SkipReason::NotOperatorOwned { .. } => "notOperatorOwned",
         }
     }
 }
@@ -432,6 +468,9 @@ impl fmt::Display for SkipReason {
                 "MCPServer {server} is annotated {}={strategy:?}: only a rolling restart is asked of its operator (immediate deletes every pod at once)",
                 crate::core::literals::TOOLHIVE_RESTART_STRATEGY
             ),
+            SkipReason::NotOperatorOwned { server, why } => {
+                write!(f, "not the proxy Deployment of MCPServer {server}: {why}")
+            }
         }
     }
 }

@@ -350,6 +350,7 @@ fn a_restart_fits_in_every_covering_disruption_budget() {
     owned.toolhive.server = Some(crate::core::model::McpServerRef {
         api_version: "toolhive.stacklok.dev/v1beta1".into(),
         name: "w".into(),
+        uid: "server-uid".into(),
     });
     let mut p = strict();
     p.restart.method = RestartMethod::Toolhive;

@@ -39,6 +39,17 @@ impl Selector {
         self.match_labels.is_empty() && self.match_expressions.is_empty()
     }
 
+    /// Whether some requirement names what a pod must carry (a matchLabels entry, `In` or
+    /// `Exists`). Only negative requirements (`NotIn`, `DoesNotExist`) match every pod without
+    /// the label, which is nearly the whole cluster; policies are never allowed one.
+    pub fn has_positive(&self) -> bool {
+        !self.match_labels.is_empty()
+            || self
+                .match_expressions
+                .iter()
+                .any(|r| matches!(r.operator, Operator::In | Operator::Exists))
+    }
+
     /// The label keys it reads: a pod's other labels cannot change whether it matches.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.match_labels
@@ -225,6 +236,32 @@ mod tests {
             ..Selector::default()
         };
         assert!(!one.is_empty());
+    }
+
+    #[test]
+    fn only_in_exists_and_match_labels_are_positive() {
+        let of = |ops: &[Operator]| Selector {
+            match_expressions: ops
+                .iter()
+                .map(|&op| {
+                    let values: &[&str] = match op {
+                        Operator::In | Operator::NotIn => &["x"],
+                        Operator::Exists | Operator::DoesNotExist => &[],
+                    };
+                    req("k", op, values)
+                })
+                .collect(),
+            ..Selector::default()
+        };
+        assert!(!of(&[]).has_positive());
+        assert!(!of(&[Operator::NotIn, Operator::DoesNotExist]).has_positive());
+        assert!(of(&[Operator::NotIn, Operator::In]).has_positive());
+        assert!(of(&[Operator::DoesNotExist, Operator::Exists]).has_positive());
+        let labelled = Selector {
+            match_labels: labels(&[("app", "web")]),
+            ..of(&[Operator::NotIn])
+        };
+        assert!(labelled.has_positive());
     }
 
     #[test]

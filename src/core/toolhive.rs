@@ -6,16 +6,27 @@
 //! server the way its `restart-strategy` says: `rolling` (the default) writes its own
 //! annotation on the proxy Deployment's pod template, so the Deployment controller rolls the
 //! pods; `immediate` deletes every pod of the server at once, which bouncer never asks for.
+//!
+//! The operator rolls the Deployment named after the server (`deploymentForMCPServer` creates
+//! it under `m.Name`, and the rolling restart reads it back by that name, in v0.44.0 and
+//! v0.45.0), whatever Deployment bouncer was looking at. So only that Deployment, owned by that
+//! very server, may go through the resource: any other one that names the server as its
+//! controller (anyone who may create Deployments can write such an ownerReference) would have
+//! bouncer restart a workload it never selected, gated or marked.
 
 use chrono::{DateTime, SubsecRound, TimeDelta, Utc};
 
+use crate::core::gates::operator_proxy;
 use crate::core::literals::{TOOLHIVE_ROLLING, rfc3339};
-use crate::core::reasons::SkipReason;
+use crate::core::model::Workload;
+use crate::core::reasons::{NotProxy, SkipReason};
 
-/// The restart annotations of an MCPServer as read right before asking.
+/// The UID and restart annotations of an MCPServer as read right before asking.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct McpServerState {
     pub name: String,
+    /// `metadata.uid`: the server the Deployment's ownerReference must name.
+    pub uid: String,
     /// `mcpserver.toolhive.stacklok.dev/restart-strategy`, if set.
     pub strategy: Option<String>,
     /// `mcpserver.toolhive.stacklok.dev/last-processed-restart`, if set.
@@ -25,11 +36,33 @@ pub struct McpServerState {
     pub resource_version: String,
 }
 
-/// The `restarted-at` value to write: `at`, or one second after the last processed request
-/// when that is not older (the operator ignores a request that is not later, and times here
-/// are whole seconds). A strategy other than rolling is a skip: `immediate` deletes all pods of
+/// The `restarted-at` value to write on `server`, read right before asking, for a restart of
+/// `proxy` (as freshly read): `at`, or one second after the last processed request when that
+/// is not older (the operator ignores a request that is not later, and times here are whole
+/// seconds). A Deployment that is not the operator's own proxy of that very server is a skip
+/// (`notOperatorOwned`), as is a strategy other than rolling: `immediate` deletes all pods of
 /// the server at once, and an unknown one may do anything.
-pub fn restart_request(server: &McpServerState, at: DateTime<Utc>) -> Result<String, SkipReason> {
+pub fn restart_request(
+    server: &McpServerState,
+    proxy: &Workload,
+    at: DateTime<Utc>,
+) -> Result<String, SkipReason> {
+    let not_proxy = |why| SkipReason::NotOperatorOwned {
+        server: server.name.clone(),
+        why,
+    };
+    match operator_proxy(proxy)? {
+        Some(owner) if owner.name != server.name => return Err(not_proxy(NotProxy::Name)),
+        // An empty UID is no proof either way: fail closed.
+        Some(owner) if owner.uid.is_empty() || owner.uid != server.uid => {
+            return Err(not_proxy(NotProxy::Uid {
+                owner: owner.uid.clone(),
+                server: server.uid.clone(),
+            }));
+        }
+        Some(_) => {}
+        None => return Err(not_proxy(NotProxy::NoOwner)),
+    }
     if let Some(strategy) = server
         .strategy
         .as_deref()
@@ -57,6 +90,7 @@ pub fn restart_request(server: &McpServerState, at: DateTime<Utc>) -> Result<Str
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::model::McpServerRef;
 
     fn t(s: &str) -> DateTime<Utc> {
         s.parse().unwrap()
@@ -65,6 +99,7 @@ mod tests {
     fn server(strategy: Option<&str>, last: Option<&str>) -> McpServerState {
         McpServerState {
             name: "fetch".into(),
+            uid: "uid-fetch".into(),
             strategy: strategy.map(Into::into),
             last_processed: last.map(Into::into),
             resource_version: "1".into(),
@@ -84,17 +119,78 @@ mod tests {
             (Some("yesterday"), "2026-12-03T10:00:00Z"),
         ];
         for (last, want) in cases {
-            let got = restart_request(&server(None, last), at).unwrap();
+            let got = restart_request(&server(None, last), &proxy("fetch", "fetch"), at).unwrap();
             assert_eq!(got, want, "last processed {last:?}");
         }
+    }
+
+    /// Deployment `name` in namespace mcp, controlled by MCPServer `owner` (UID `uid-<owner>`).
+    fn proxy(name: &str, owner: &str) -> Workload {
+        use crate::core::plan::tests::{OLD, deployment, pod};
+        let mut w = deployment("mcp", name, "x", vec![pod(name, "x", OLD, Some(900))]);
+        w.toolhive.server = Some(McpServerRef {
+            api_version: "toolhive.stacklok.dev/v1beta1".into(),
+            name: owner.into(),
+            uid: format!("uid-{owner}"),
+        });
+        w
+    }
+
+    /// The operator restarts the Deployment named after the server: a request for any other
+    /// Deployment that names the server as its controller would restart the real proxy,
+    /// unselected and ungated. So would one for a server deleted and created again under the
+    /// same name since the ownerReference was written.
+    #[test]
+    fn only_the_operators_own_proxy_of_that_very_server_is_asked_for() {
+        let at = t("2026-12-03T10:00:00Z");
+        let fetch = server(None, None);
+        assert!(restart_request(&fetch, &proxy("fetch", "fetch"), at).is_ok());
+
+        let forged = proxy("forged", "fetch");
+        let err = restart_request(&fetch, &forged, at).unwrap_err();
+        assert_eq!(err.code(), "notOperatorOwned");
+        assert_eq!(
+            err.to_string(),
+            "not the proxy Deployment of MCPServer fetch: the operator's proxy Deployment carries the server's name"
+        );
+        assert_eq!(
+            operator_proxy(&forged).unwrap_err(),
+            err,
+            "the plan says so too"
+        );
+
+        let recreated = McpServerState {
+            uid: "uid-new".into(),
+            ..server(None, None)
+        };
+        let err = restart_request(&recreated, &proxy("fetch", "fetch"), at).unwrap_err();
+        assert_eq!(err.code(), "notOperatorOwned");
+        assert!(err.to_string().contains(r#"UID "uid-fetch""#), "{err}");
+
+        let mut unknown = proxy("fetch", "fetch");
+        unknown.toolhive.server.as_mut().unwrap().uid.clear();
+        let err = restart_request(&fetch, &unknown, at).unwrap_err();
+        assert_eq!(err.code(), "notOperatorOwned", "no UID is no proof");
+
+        let mut orphan = proxy("fetch", "fetch");
+        orphan.toolhive.server = None;
+        let err = restart_request(&fetch, &orphan, at).unwrap_err();
+        assert_eq!(err.code(), "notOperatorOwned");
+        assert!(operator_proxy(&orphan).unwrap().is_none());
+
+        // Another server's proxy read back by mistake is not this server's either.
+        let other = proxy("github", "github");
+        let err = restart_request(&fetch, &other, at).unwrap_err();
+        assert_eq!(err.code(), "notOperatorOwned");
     }
 
     #[test]
     fn only_the_rolling_strategy_is_asked_for() {
         let at = t("2026-12-03T10:00:00Z");
-        assert!(restart_request(&server(Some("rolling"), None), at).is_ok());
+        let fetch = proxy("fetch", "fetch");
+        assert!(restart_request(&server(Some("rolling"), None), &fetch, at).is_ok());
         for strategy in ["immediate", "Rolling", "surge"] {
-            let err = restart_request(&server(Some(strategy), None), at).unwrap_err();
+            let err = restart_request(&server(Some(strategy), None), &fetch, at).unwrap_err();
             assert_eq!(err.code(), "restartStrategy");
             assert!(err.to_string().contains(strategy), "{err}");
         }
@@ -114,7 +210,10 @@ mod tests {
         owned.toolhive.server = Some(McpServerRef {
             api_version: "toolhive.stacklok.dev/v1beta1".into(),
             name: "fetch".into(),
+            uid: "uid-fetch".into(),
         });
+        let mut forged = proxy("forged");
+        forged.toolhive.server = owned.toolhive.server.clone();
         let plain = proxy("plain");
         let mut ondelete = crate::core::plan::tests::statefulset("db", 2, UpdateStrategy::OnDelete);
         ondelete.target.namespace = "mcp".into();
@@ -123,7 +222,7 @@ mod tests {
             pod.containers[0].usage = Some(900 << 20);
             pod.has_metrics = true;
         }
-        let inv = inventory(vec![owned, plain, ondelete]);
+        let inv = inventory(vec![owned, forged, plain, ondelete]);
         let method_of = |method: RestartMethod| {
             let mut p = over(policy("m", "x"), 512);
             p.restart.method = method;
@@ -145,6 +244,14 @@ mod tests {
                 ("plain".to_string(), Method::Rollout),
             ]
         );
+        // A Deployment that names fetch as its controller but is not fetch's proxy: the plan
+        // skips it rather than ask fetch's operator to restart its real proxy.
+        let mut p = over(policy("m", "x"), 512);
+        p.restart.method = RestartMethod::Toolhive;
+        let plan = run(&[p], &inv);
+        let skip = plan.skips.iter().find(|s| s.target.name == "forged");
+        let reason = skip.map(|s| s.reason.code());
+        assert_eq!(reason, Some("notOperatorOwned"), "{:?}", plan.skips);
         let auto = method_of(RestartMethod::Auto);
         assert!(auto.iter().all(|(_, m)| *m != Method::Toolhive), "{auto:?}");
     }

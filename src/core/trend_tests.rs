@@ -35,6 +35,7 @@ pub(crate) fn workload(usage_mib: f64) -> Workload {
         },
         template_labels: BTreeMap::from([("app".into(), "web".into())]).into(),
         pod_selector: Default::default(),
+        pod_owners: Vec::new(),
         annotations: BTreeMap::new(),
         attempt: Default::default(),
         restarted_at: None,

@@ -170,6 +170,7 @@ mod tests {
             },
             template_labels: Default::default(),
             pod_selector: Default::default(),
+            pod_owners: Vec::new(),
             annotations: Default::default(),
             attempt: Default::default(),
             restarted_at: annotation.map(|a| a.parse().unwrap()),

@@ -23,7 +23,7 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 pub const JOB: &str = "bouncer";
 
 /// Every skip reason code a row can carry (`reasonCode`); the unit tests keep it complete.
-pub const SKIP_REASONS: [&str; 30] = [
+pub const SKIP_REASONS: [&str; 31] = [
     "backingOff",
     "badAttemptMark",
     "barePodNoRollout",
@@ -43,6 +43,7 @@ pub const SKIP_REASONS: [&str; 30] = [
     "noPods",
     "notAvailable",
     "notDue",
+    "notOperatorOwned",
     "onDelete",
     "partitioned",
     "paused",

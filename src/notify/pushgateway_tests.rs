@@ -210,6 +210,10 @@ fn every_skip_reason() -> Vec<SkipReason> {
             server: String::new(),
             strategy: String::new(),
         },
+        SkipReason::NotOperatorOwned {
+            server: String::new(),
+            why: crate::core::reasons::NotProxy::Name,
+        },
     ];
     for r in &all {
         match r {
@@ -242,7 +246,8 @@ fn every_skip_reason() -> Vec<SkipReason> {
             | SkipReason::GroupHeld { .. }
             | SkipReason::Blocked { .. }
             | SkipReason::BlockerFailed { .. }
-            | SkipReason::RestartStrategy { .. } => {}
+            | SkipReason::RestartStrategy { .. }
+            | SkipReason::NotOperatorOwned { .. } => {}
         }
     }
     all

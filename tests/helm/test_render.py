@@ -141,6 +141,14 @@ def test_notes_tell_how_to_read_the_last_report_and_run_now():
     assert "DRY-RUN" not in text
 
 
+def test_notes_tell_manual_runs_to_share_the_lease_outside_the_default_namespace():
+    # A manual run's Lease defaults to the namespace "bouncer"; elsewhere it must be told.
+    text = notes(render())
+    assert f"BOUNCER_LEASE_NAMESPACE={NAMESPACE}" in text
+    assert f"the Lease {NAMESPACE}/bouncer" in text
+    assert "BOUNCER_LEASE_NAMESPACE" not in notes(render(namespace="bouncer"))
+
+
 # --- CronJob API version ---------------------------------------------------------------------
 
 

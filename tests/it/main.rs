@@ -12,10 +12,13 @@ mod machine;
 mod metrics;
 mod notify;
 mod overrides;
+mod owners;
 mod prometheus;
 mod revert;
 mod safety;
 mod safety_cases;
 mod safety_round3;
+mod scope;
 
 mod toolhive;
+mod toolhive_owner;

@@ -315,6 +315,14 @@ fn selector(check: &mut Check, raw: RawSelector) -> Option<Selector> {
         );
         return None;
     }
+    if !selector.has_positive() {
+        check.at(
+            FIELD,
+            "only NotIn/DoesNotExist requirements match every pod without those labels, nearly \
+             the whole cluster: add a matchLabels entry or an In/Exists expression",
+        );
+        return None;
+    }
     Some(selector)
 }
 
@@ -714,6 +722,7 @@ mod tests {
             ("spec.breaker.per: required field is missing", |d| d["spec"]["breaker"] = json!({"maxBounces": 3})),
             (r#"spec.restart.timeout: "0m": must be longer than zero"#, |d| d["spec"]["restart"] = json!({"timeout": "0m"})),
             ("spec.target.selector: matchLabels and matchExpressions are both empty", |d| d["spec"]["target"]["selector"] = json!({})),
+            ("spec.target.selector: only NotIn/DoesNotExist requirements match every pod", |d| d["spec"]["target"]["selector"] = json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["canary"]}, {"key": "debug", "operator": "DoesNotExist"}]})),
             ("spec.target.selector.matchExpressions[0].values: In needs at least one value", |d| d["spec"]["target"]["selector"]["matchExpressions"] = json!([{"key": "tier", "operator": "In"}])),
             ("spec.target.selector.matchExpressions[0].values: Exists takes no values", |d| d["spec"]["target"]["selector"]["matchExpressions"] = json!([{"key": "tier", "operator": "Exists", "values": ["x"]}])),
             (r#"spec.target.selector.matchLabels: "-app": label key name part must"#, |d| d["spec"]["target"]["selector"]["matchLabels"] = json!({"-app": "web"})),
