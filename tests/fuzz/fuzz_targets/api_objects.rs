@@ -39,7 +39,8 @@ spec:
 
 fn policies() -> &'static [Policy] {
     static POLICIES_PARSED: OnceLock<Vec<Policy>> = OnceLock::new();
-    POLICIES_PARSED.get_or_init(|| parse_str("fuzz.yaml", POLICIES).expect("the fixed policies load"))
+    POLICIES_PARSED
+        .get_or_init(|| parse_str("fuzz.yaml", POLICIES).expect("the fixed policies load"))
 }
 
 /// Everything one object's JSON converts into, read as each kind in turn.
@@ -70,11 +71,17 @@ fn convert_object(text: &str, out: &mut Converted) {
         let second = convert::pod(p, Some(&first));
         assert!(Arc::ptr_eq(&first.labels, &second.labels));
         // Give every controller read from the same bytes this pod, so the gates count it.
-        for w in out.workloads.iter_mut().filter(|w| w.target.kind != Kind::Pod) {
+        for w in out
+            .workloads
+            .iter_mut()
+            .filter(|w| w.target.kind != Kind::Pod)
+        {
             w.pods.push(second.clone());
         }
     }
-    if let Ok(p) = wire::decode::<wire::PodDisruptionBudget>(text, "PodDisruptionBudget", "fuzz", "object") {
+    if let Ok(p) =
+        wire::decode::<wire::PodDisruptionBudget>(text, "PodDisruptionBudget", "fuzz", "object")
+    {
         let pdb = Pdb::from(p);
         for w in &out.workloads {
             let _ = pdb.selector.matches(&w.template_labels);
@@ -91,7 +98,10 @@ fn convert_object(text: &str, out: &mut Converted) {
 
 /// Feeds a LIST response to the splitter in pieces of the given sizes (then the rest at once):
 /// the items it yields (until the first error) and how it ends.
-fn split_list(bytes: &[u8], sizes: impl Iterator<Item = usize>) -> (Vec<Value>, Result<String, String>) {
+fn split_list(
+    bytes: &[u8],
+    sizes: impl Iterator<Item = usize>,
+) -> (Vec<Value>, Result<String, String>) {
     let mut splitter = ListSplitter::default();
     let mut items = Vec::new();
     let mut rest = bytes;
@@ -104,7 +114,10 @@ fn split_list(bytes: &[u8], sizes: impl Iterator<Item = usize>) -> (Vec<Value>, 
             return (items, Err(e.to_string()));
         }
     }
-    let end = splitter.finish().map(|m| format!("{m:?}")).map_err(|e| e.to_string());
+    let end = splitter
+        .finish()
+        .map(|m| format!("{m:?}"))
+        .map_err(|e| e.to_string());
     (items, end)
 }
 

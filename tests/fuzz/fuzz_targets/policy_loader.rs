@@ -34,5 +34,10 @@ fuzz_target!(|data: &[u8]| {
         pdbs: Vec::new(),
         metrics: bouncer::core::model::MetricsState::Available,
     };
-    let _ = bouncer::core::plan::plan(&policies, &inventory, now, &bouncer::core::plan::Limits { max_bounces: 10 });
+    let _ = bouncer::core::plan::plan(
+        &policies,
+        &inventory,
+        now,
+        &bouncer::core::plan::Limits { max_bounces: 10 },
+    );
 });
