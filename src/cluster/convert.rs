@@ -206,7 +206,7 @@ fn statefulset(s: wire::Controller) -> Workload {
     w.status.rolling_update = match strategy.rolling_update {
         None => StsRollingUpdate::Unset,
         Some(r) => StsRollingUpdate::Set {
-            partition: r.partition,
+            partition: r.partition.map(|p| p.max(0)),
         },
     };
     // The StatefulSet controller replaces one pod at a time.
@@ -634,8 +634,8 @@ mod api_json_tests {
             "metadata": {"name": "web", "namespace": "shop"},
             "spec": {"replicas": i32::MIN, "selector": {}, "template": {},
                      "strategy": {"rollingUpdate": {"maxSurge": "2147483647%", "maxUnavailable": 1}},
-                     "updateStrategy": {"rollingUpdate": {"maxUnavailable": 1}}},
-            "status": {"replicas": i32::MAX, "updatedReplicas": i32::MIN, "readyReplicas": -1,
+                     "updateStrategy": {"rollingUpdate": {"maxUnavailable": 1, "partition": i32::MIN}}},
+            "status": {"observedGeneration": 1, "replicas": i32::MAX, "updatedReplicas": i32::MIN, "readyReplicas": -1,
                        "desiredNumberScheduled": i32::MIN, "numberReady": i32::MIN}
         });
         for kind in [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet] {

@@ -11,7 +11,7 @@ use bouncer::core::model::{Inventory, Kind, MetricsState, Pdb, Workload, Workloa
 use bouncer::core::plan::{Limits, plan};
 use bouncer::core::policy::{Policy, parse_str};
 use libfuzzer_sys::fuzz_target;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// One policy of each trigger that reads workloads and pods: everything the fuzzed objects convert
 /// into is planned against both.
@@ -121,6 +121,53 @@ fn split_list(
     (items, end)
 }
 
+/// Random text rarely spells the number that breaks some arithmetic, so the same bytes, read as
+/// little-endian integers, also fill every count and rolling-update parameter of a workload (an
+/// odd value as a percentage), which then goes through the same conversions.
+fn numbered(bytes: &[u8]) -> Value {
+    let mut ints = bytes
+        .chunks(4)
+        .map(|c| {
+            let mut b = [0u8; 4];
+            b[..c.len()].copy_from_slice(c);
+            i32::from_le_bytes(b)
+        })
+        .chain(std::iter::repeat(0));
+    let mut int = || ints.next().unwrap_or_default();
+    let mut values = [0i32; 16];
+    for v in &mut values {
+        *v = int();
+    }
+    let int_or_percent = |n: i32| {
+        if n & 1 == 1 {
+            json!(format!("{}%", n >> 1))
+        } else {
+            json!(n >> 1)
+        }
+    };
+    let strategy =
+        ["RollingUpdate", "Recreate", "OnDelete"][values[15].unsigned_abs() as usize % 3];
+    json!({
+        "metadata": {"name": "numbers", "namespace": "fuzz", "generation": values[0]},
+        "spec": {
+            "replicas": values[1], "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}},
+            "strategy": {"type": strategy, "rollingUpdate": {
+                "maxSurge": int_or_percent(values[2]), "maxUnavailable": int_or_percent(values[3])}},
+            "updateStrategy": {"type": strategy, "rollingUpdate": {
+                "maxUnavailable": int_or_percent(values[3]), "partition": values[4]}}
+        },
+        "status": {
+            "observedGeneration": values[5], "replicas": values[6], "updatedReplicas": values[7],
+            "readyReplicas": values[8], "availableReplicas": values[9],
+            "desiredNumberScheduled": values[10], "currentNumberScheduled": values[6],
+            "updatedNumberScheduled": values[7], "numberReady": values[8],
+            "numberAvailable": values[9], "disruptionsAllowed": values[11],
+            "currentRevision": "a", "updateRevision": if values[12] & 1 == 1 { "b" } else { "a" }
+        }
+    })
+}
+
 fuzz_target!(|data: &[u8]| {
     // The first byte says where the network cuts the response; the rest is the response.
     let Some((&cut, bytes)) = data.split_first() else {
@@ -145,6 +192,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(bytes) {
         convert_object(text, &mut converted);
     }
+    convert_object(&numbered(bytes).to_string(), &mut converted);
     if converted.workloads.is_empty() {
         return;
     }
