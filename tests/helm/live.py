@@ -149,9 +149,30 @@ def clusterwide(cluster: Cluster):
     delete_release(rel)
 
 
+TOOLHIVE_VERSION = "v0.45.0"
+TOOLHIVE_MANAGER = "bouncer-testkit-toolhive"  # the Rust tests' manager of the same CRDs
+
+
+def ensure_toolhive_crds() -> None:
+    """ToolHive's CRDs, for `kubectl auth can-i` on mcpservers (it resolves the resource through
+    discovery) and the MCPServer admission tests: installed as the Rust tests install them
+    (scripts/cluster toolhive, cached once built) when the cluster has none, and left there."""
+    if kubectl("get", "crd", "mcpservers.toolhive.stacklok.dev", check=False).returncode == 0:
+        return
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "cluster")
+    built = subprocess.run([script, "toolhive", TOOLHIVE_VERSION], capture_output=True, text=True,
+                           timeout=1800)
+    assert built.returncode == 0, built.stderr[-2000:]
+    crds = os.path.join(built.stdout.strip(), "crds")
+    kubectl("apply", "--server-side", "--force-conflicts", f"--field-manager={TOOLHIVE_MANAGER}",
+            "-f", crds, timeout=120)
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", crds, timeout=90)
+
+
 @pytest.fixture(scope="session")
 def installed(request, metrics_api):
     """Both releases, really applied, their admission policies in force."""
+    ensure_toolhive_crds()
     out = {}
     for name in ("namespaced", "clusterwide"):
         rel = request.getfixturevalue(name)

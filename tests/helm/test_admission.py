@@ -7,9 +7,7 @@ own bounces through it are test_cluster.py's real run."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -233,24 +231,11 @@ def test_admission_policy_guards_every_namespace_a_cluster_wide_grant_reaches(in
 
 # --- the MCPServer's restart request (toolhive.enabled) -----------------------------------------
 
-TOOLHIVE_VERSION = "v0.45.0"
-TOOLHIVE_MANAGER = "bouncer-testkit-toolhive"  # the Rust tests' manager of the same CRDs
-
-
 @pytest.fixture(scope="module")
 def mcp_server(workloads):
-    """An MCPServer no operator watches (its CRDs installed as the Rust tests install them)."""
+    """An MCPServer no operator watches (the CRDs: see live.installed)."""
     rel, namespace = workloads
     crd = "mcpservers.toolhive.stacklok.dev"
-    if kubectl("get", "crd", crd, check=False).returncode != 0:
-        script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "cluster")
-        built = subprocess.run([script, "toolhive", TOOLHIVE_VERSION], capture_output=True,
-                               text=True, timeout=1800)
-        assert built.returncode == 0, built.stderr[-2000:]
-        crds = os.path.join(built.stdout.strip(), "crds")
-        kubectl("apply", "--server-side", "--force-conflicts", f"--field-manager={TOOLHIVE_MANAGER}",
-                "-f", crds, timeout=120)
-        kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", crds, timeout=90)
     versions = json.loads(kubectl("get", "crd", crd, "-o", "json").stdout)["spec"]["versions"]
     version = next(v["name"] for v in versions if v.get("storage"))
     kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps({

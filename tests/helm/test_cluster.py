@@ -129,6 +129,13 @@ CHECKS = [
     ("cluster-wide", "delete deployments", ["delete", "deployments.apps"], "outside", False),
     ("cluster-wide", "update lease bouncer", ["update", "leases.coordination.k8s.io/bouncer"], "release", False),
     ("cluster-wide", "delete namespaces", ["delete", "namespaces"], "", False),
+    # What guards the patch grant is out of the ServiceAccount's reach.
+    ("namespaced", "delete validatingadmissionpolicies",
+     ["delete", "validatingadmissionpolicies.admissionregistration.k8s.io"], "", False),
+    ("cluster-wide", "patch validatingadmissionpolicies",
+     ["patch", "validatingadmissionpolicies.admissionregistration.k8s.io"], "", False),
+    ("cluster-wide", "delete validatingadmissionpolicybindings",
+     ["delete", "validatingadmissionpolicybindings.admissionregistration.k8s.io"], "", False),
 ]
 
 
