@@ -278,6 +278,13 @@ fn prometheus(
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err(format!("{NAME}: {url} must be an http:// or https:// URL"));
     }
+    // Anyone on the path could read a token sent in clear and query Prometheus as bouncer.
+    if bearer_token_file.is_some() && url.scheme() != "https" {
+        return Err(format!(
+            "--prometheus-bearer-token-file / BOUNCER_PROMETHEUS_BEARER_TOKEN_FILE: a bearer \
+             token is sent only over https, but {NAME} is {url}"
+        ));
+    }
     Ok(Some(crate::cluster::prometheus::Settings {
         url,
         bearer_token_file,
@@ -351,6 +358,15 @@ mod tests {
                     ..Default::default()
                 },
                 "needed with a Prometheus bearer token",
+            ),
+            (
+                Env {
+                    prometheus_url: Some("http://prometheus.monitoring:9090".into()),
+                    prometheus_bearer_token_file: Some("/token".into()),
+                    ..Default::default()
+                },
+                "BOUNCER_PROMETHEUS_BEARER_TOKEN_FILE: a bearer token is sent only over https, \
+                 but --prometheus-url / BOUNCER_PROMETHEUS_URL is http://prometheus.monitoring:9090/",
             ),
             (
                 Env {

@@ -146,6 +146,12 @@ fn rolling(r: Option<wire::RollingUpdate>) -> RollingParams {
     }
 }
 
+/// A count as the API server's validation guarantees it: never negative. The core does arithmetic
+/// on counts, which must not overflow whatever the answer held (the fuzz target `api_objects`).
+fn count(v: Option<i32>) -> i32 {
+    v.unwrap_or(0).max(0)
+}
+
 /// A Deployment, StatefulSet or DaemonSet (`kind`) as the planner sees it.
 pub fn controller(kind: Kind, c: wire::Controller) -> Workload {
     match kind {
@@ -159,7 +165,7 @@ pub fn controller(kind: Kind, c: wire::Controller) -> Workload {
 fn deployment(d: wire::Controller) -> Workload {
     let spec = d.spec.unwrap_or_default();
     let mut w = base(Kind::Deployment, d.metadata, spec.template, &spec.selector);
-    let desired = spec.replicas.unwrap_or(1);
+    let desired = spec.replicas.unwrap_or(1).max(0);
     w.paused = spec.paused.unwrap_or(false);
     let strategy = spec.strategy.unwrap_or_default();
     let recreate = strategy.type_.as_deref() == Some("Recreate");
@@ -171,10 +177,10 @@ fn deployment(d: wire::Controller) -> Workload {
     w.rolling = rolling(strategy.rolling_update);
     if let Some(s) = &d.status {
         w.status.observed_generation = s.observed_generation.unwrap_or(0);
-        w.status.current = s.replicas.unwrap_or(0);
-        w.status.updated = s.updated_replicas.unwrap_or(0);
-        w.status.ready = s.ready_replicas.unwrap_or(0);
-        w.status.available = s.available_replicas.unwrap_or(0);
+        w.status.current = count(s.replicas);
+        w.status.updated = count(s.updated_replicas);
+        w.status.ready = count(s.ready_replicas);
+        w.status.available = count(s.available_replicas);
         w.status.progress_deadline_exceeded = s.conditions.iter().flatten().any(|c| {
             c.type_ == "Progressing" && c.reason.as_deref() == Some(PROGRESS_DEADLINE_EXCEEDED)
         });
@@ -186,7 +192,7 @@ fn deployment(d: wire::Controller) -> Workload {
 fn statefulset(s: wire::Controller) -> Workload {
     let spec = s.spec.unwrap_or_default();
     let mut w = base(Kind::StatefulSet, s.metadata, spec.template, &spec.selector);
-    let desired = spec.replicas.unwrap_or(1);
+    let desired = spec.replicas.unwrap_or(1).max(0);
     let strategy = spec.update_strategy.unwrap_or_default();
     w.strategy = if strategy.type_.as_deref() == Some("OnDelete") {
         UpdateStrategy::OnDelete
@@ -196,18 +202,18 @@ fn statefulset(s: wire::Controller) -> Workload {
     w.status.rolling_update = match &strategy.rolling_update {
         None => StsRollingUpdate::Unset,
         Some(r) => StsRollingUpdate::Set {
-            partition: r.partition,
+            partition: r.partition.map(|p| p.max(0)),
         },
     };
     w.rolling = rolling(strategy.rolling_update);
     w.status.desired = desired;
     if let Some(st) = s.status {
         w.status.observed_generation = st.observed_generation.unwrap_or(0);
-        w.status.current = st.replicas.unwrap_or(0);
-        w.status.updated = st.updated_replicas.unwrap_or(0);
-        w.status.ready = st.ready_replicas.unwrap_or(0);
+        w.status.current = count(st.replicas);
+        w.status.updated = count(st.updated_replicas);
+        w.status.ready = count(st.ready_replicas);
         // availableReplicas is served from v1.22; before that readiness is the best signal.
-        w.status.available = st.available_replicas.unwrap_or(w.status.ready);
+        w.status.available = count(st.available_replicas.or(Some(w.status.ready)));
         w.status.current_revision = st.current_revision;
         w.status.update_revision = st.update_revision;
     }
@@ -225,12 +231,12 @@ fn daemonset(d: wire::Controller) -> Workload {
     };
     w.rolling = rolling(strategy.rolling_update);
     if let Some(st) = &d.status {
-        w.status.desired = st.desired_number_scheduled.unwrap_or(0);
+        w.status.desired = count(st.desired_number_scheduled);
         w.status.observed_generation = st.observed_generation.unwrap_or(0);
-        w.status.current = st.current_number_scheduled.unwrap_or(0);
-        w.status.updated = st.updated_number_scheduled.unwrap_or(0);
-        w.status.ready = st.number_ready.unwrap_or(0);
-        w.status.available = st.number_available.unwrap_or(0);
+        w.status.current = count(st.current_number_scheduled);
+        w.status.updated = count(st.updated_number_scheduled);
+        w.status.ready = count(st.number_ready);
+        w.status.available = count(st.number_available);
     }
     w
 }
@@ -626,6 +632,31 @@ mod api_json_tests {
         // The happy path: a served object reads.
         let json = serde_json::to_string(&pod_json()).unwrap();
         assert!(decode::<Pod>(&json, "Pod", "shop", "web").is_ok());
+    }
+
+    /// Found by the fuzz target `api_objects` (seed `limits.json`): counts the API server's
+    /// validation never lets through overflowed the restart arithmetic (a panic in a debug build,
+    /// nonsense in a release one). They convert as the nearest valid count.
+    #[test]
+    fn counts_no_api_server_would_serve_convert_without_overflow() {
+        let json = json!({
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"replicas": i32::MIN, "selector": {}, "template": {},
+                     "strategy": {"rollingUpdate": {"maxSurge": "2147483647%", "maxUnavailable": 1}},
+                     "updateStrategy": {"rollingUpdate": {"maxUnavailable": 1, "partition": i32::MIN}}},
+            "status": {"observedGeneration": 1, "replicas": i32::MAX, "updatedReplicas": i32::MIN, "readyReplicas": -1,
+                       "desiredNumberScheduled": i32::MIN, "numberReady": i32::MIN}
+        });
+        for kind in [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet] {
+            let w = convert::controller(kind, serde_json::from_value(json.clone()).unwrap());
+            let s = &w.status;
+            assert!(
+                s.desired >= 0 && s.updated >= 0 && s.ready >= 0,
+                "{kind:?}: {s:?}"
+            );
+            assert!(w.min_ready_during_restart <= s.desired, "{kind:?}: {w:?}");
+            let _ = crate::core::rollout::state(kind, w.strategy, s);
+        }
     }
 
     #[test]

@@ -103,6 +103,27 @@ impl Api {
                 builder = builder.add_root_certificate(cert);
             }
         }
+        if s.bearer_token_file.is_some() {
+            // The settings refuse a token with an http:// URL; a redirect must not downgrade it.
+            if s.url.scheme() != "https" {
+                return Err(format!(
+                    "a bearer token is sent only over https, not to {}",
+                    s.url
+                ));
+            }
+            builder = builder.redirect(reqwest::redirect::Policy::custom(|attempt| {
+                if attempt.url().scheme() != "https" {
+                    let to = attempt.url().to_string();
+                    attempt.error(format!(
+                        "a redirect to {to} would send the bearer token in clear"
+                    ))
+                } else if attempt.previous().len() >= 10 {
+                    attempt.error("too many redirects")
+                } else {
+                    attempt.follow()
+                }
+            }));
+        }
         let token = match &s.bearer_token_file {
             None => None,
             Some(path) => Some(
@@ -282,6 +303,26 @@ mod tests {
         assert_eq!(web[0].container, "app");
         assert_eq!(web[0].samples, [(1.7e9, 100.0), (1_700_000_030.0, 300.0)]);
         assert_eq!(h.pods.len(), 1);
+    }
+
+    /// Even settings made without the command line's check never send a token in clear.
+    #[test]
+    fn a_bearer_token_is_never_sent_to_plain_http() {
+        let settings = |url: &str| Settings {
+            url: url.parse().unwrap(),
+            bearer_token_file: Some("/nonexistent/token".into()),
+            ca_file: None,
+            timeout: Duration::from_secs(1),
+        };
+        let Err(e) = Api::new(&settings("http://prometheus.monitoring:9090")) else {
+            panic!("an http URL with a token was accepted");
+        };
+        assert!(e.contains("only over https"), "{e}");
+        // Over https the same settings get as far as reading the token file.
+        let Err(e) = Api::new(&settings("https://prometheus.monitoring:9090")) else {
+            panic!("a missing token file was accepted");
+        };
+        assert!(e.contains("cannot read the token file"), "{e}");
     }
 
     #[test]

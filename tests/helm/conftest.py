@@ -134,3 +134,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.write_line("  ".join("-" * widths[c] for c in cols))
     for row in MATRIX:
         terminalreporter.write_line("  ".join(row[c].ljust(widths[c]) for c in cols).rstrip())
+
+
+# --- the live cluster's fixtures (live.py), shared by every module that needs one ---------------
+
+from live import clusterwide, cluster, installed, metrics_api, namespaced  # noqa: E402,F401

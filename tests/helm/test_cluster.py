@@ -13,162 +13,36 @@ import os
 import secrets
 import subprocess
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import yaml
 
-from conftest import MATRIX, manifests, render
-
-KUBECTL = os.environ.get("KUBECTL", "kubectl")
-RELEASE = "bouncer"
-
-
-def kubectl(*args: str, stdin: str | None = None, check: bool = True, timeout: float = 60):
-    proc = subprocess.run([KUBECTL, *args], input=stdin, capture_output=True, text=True,
-                          timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n"
-                             f"{proc.stdout}{proc.stderr}")
-    return proc
-
-
-@dataclass
-class Cluster:
-    kube_version: str
-    api_versions: list[str]
-
-    def serves(self, api_version: str, kind: str) -> bool:
-        return f"{api_version}/{kind}" in self.api_versions
-
-
-def discover() -> Cluster:
-    """What `helm install` would learn from discovery: group/versions and group/version/Kinds."""
-    version = json.loads(kubectl("version", "-o", "json", "--request-timeout=10s").stdout)
-    gvs = ["v1"]
-    for group in json.loads(kubectl("get", "--raw", "/apis").stdout)["groups"]:
-        gvs.extend(v["groupVersion"] for v in group["versions"])
-    api_versions = []
-    for gv in gvs:
-        path = "/api/v1" if gv == "v1" else f"/apis/{gv}"
-        listing = json.loads(kubectl("get", "--raw", path).stdout)
-        api_versions.append(gv)
-        api_versions.extend(f"{gv}/{r['kind']}" for r in listing["resources"])
-    return Cluster(version["serverVersion"]["gitVersion"], sorted(set(api_versions)))
-
-
-@pytest.fixture(scope="session")
-def cluster() -> Cluster:
-    reason = None
-    try:
-        proc = kubectl("version", "-o", "json", "--request-timeout=5s", check=False, timeout=20)
-        if proc.returncode != 0 or "serverVersion" not in proc.stdout:
-            reason = f"no reachable cluster ({(proc.stderr or proc.stdout).strip()[:200]})"
-    except FileNotFoundError:
-        reason = f"{KUBECTL} is not installed"
-    except subprocess.TimeoutExpired:
-        reason = "the cluster did not answer within 20 s"
-    if reason:
-        if os.environ.get("BOUNCER_REQUIRE_CLUSTER") == "1":
-            pytest.fail(f"BOUNCER_REQUIRE_CLUSTER=1 but {reason}")
-        pytest.skip(f"{reason}; start one with scripts/cluster up and run scripts/helm-test")
-    return discover()
-
-
-@pytest.fixture(scope="session")
-def metrics_api(cluster: Cluster) -> None:
-    """`kubectl auth can-i list pods.metrics.k8s.io` needs the group in discovery: the test
-    cluster's metrics-server serves it through the aggregation layer."""
-    deadline = time.monotonic() + 60
-    while kubectl("get", "--raw", "/apis/metrics.k8s.io/v1beta1", check=False).returncode != 0:
-        assert time.monotonic() < deadline, "metrics.k8s.io/v1beta1 not served within 60 s"
-        time.sleep(0.5)
-
-
-@dataclass
-class Release:
-    mode: str
-    namespace: str       # release namespace (ServiceAccount, CronJob, Lease)
-    allowed: list[str]   # namespaces listed in rbac.namespaces (empty: cluster-wide)
-    outside: str         # a namespace not in rbac.namespaces
-    objects: list[dict[str, Any]]
-    rendered: str
-
-    @property
-    def user(self) -> list[str]:
-        sa = f"system:serviceaccount:{self.namespace}:{RELEASE}"
-        return [f"--as={sa}", "--as-group=system:serviceaccounts",
-                f"--as-group=system:serviceaccounts:{self.namespace}",
-                "--as-group=system:authenticated"]
-
-
-def to_stream(objects: list[dict[str, Any]]) -> str:
-    return yaml.safe_dump_all(objects, sort_keys=False)
-
-
-def make_release(cluster: Cluster, mode: str, values: dict[str, Any]) -> Release:
-    prefix = f"bouncer-helm-{secrets.token_hex(3)}"
-    allowed = [f"{prefix}-a", f"{prefix}-b"] if mode == "namespaced" else []
-    if allowed:
-        values = {**values, "rbac": {"namespaces": allowed}}
-    outside = f"{prefix}-x"
-    for ns in [prefix, *allowed, outside]:
-        kubectl("create", "namespace", ns)
-    objects = manifests(render(values, name=RELEASE, namespace=prefix,
-                               kube_version=cluster.kube_version,
-                               api_versions=cluster.api_versions))
-    return Release(mode, prefix, allowed, outside, objects, to_stream(objects))
-
-
-def delete_release(rel: Release) -> None:
-    kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false", stdin=rel.rendered,
-            check=False)
-    for ns in [rel.namespace, *rel.allowed, rel.outside]:
-        kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=false", check=False)
-
-
-@pytest.fixture(scope="module")
-def namespaced(cluster: Cluster):
-    rel = make_release(cluster, "namespaced", {"toolhive": {"enabled": True}})
-    yield rel
-    delete_release(rel)
-
-
-@pytest.fixture(scope="module")
-def clusterwide(cluster: Cluster):
-    rel = make_release(cluster, "cluster-wide", {"eviction": {"enabled": False},
-                                                 "lease": {"name": "bouncer-cw"}})
-    yield rel
-    delete_release(rel)
-
-
-@pytest.fixture(scope="module")
-def installed(request, metrics_api):
-    """Both releases, really applied."""
-    out = {}
-    for name in ("namespaced", "clusterwide"):
-        rel = request.getfixturevalue(name)
-        kubectl("apply", "-f", "-", stdin=rel.rendered)
-        out[rel.mode] = rel
-    return out
-
+from conftest import MATRIX
+from live import (RELEASE, RELEASES, Cluster, Release, admission_policy, delete_release, kubectl,
+                  make_release, small_deployment)
 
 # --- server-side checks of the manifests ------------------------------------------------------
 
 
 @pytest.mark.parametrize("mode", ["namespaced", "clusterwide"])
-def test_manifests_pass_server_side_dry_run(request, cluster: Cluster, mode: str):
-    rel: Release = request.getfixturevalue(mode)
-    cronjob = next(o for o in rel.objects if o["kind"] == "CronJob")
-    assert cluster.serves(cronjob["apiVersion"], "CronJob"), cronjob["apiVersion"]
-    proc = kubectl("apply", "--dry-run=server", "-f", "-", stdin=rel.rendered)
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    assert len(lines) == len(rel.objects), proc.stdout
-    assert all(line.endswith("(server dry run)") for line in lines), proc.stdout
-    # Nothing was written.
-    got = kubectl("get", "cronjobs", "-n", rel.namespace, "-o", "name").stdout
-    assert got.strip() == ""
+def test_manifests_pass_server_side_dry_run(cluster: Cluster, mode: str):
+    # A release of its own: the shared ones are installed by other modules' tests.
+    rel = make_release(cluster, *RELEASES[mode])
+    try:
+        cronjob = next(o for o in rel.objects if o["kind"] == "CronJob")
+        assert cluster.serves(cronjob["apiVersion"], "CronJob"), cronjob["apiVersion"]
+        proc = kubectl("apply", "--dry-run=server", "-f", "-", stdin=rel.rendered)
+        lines = [line for line in proc.stdout.splitlines() if line.strip()]
+        assert len(lines) == len(rel.objects), proc.stdout
+        assert all(line.endswith("(server dry run)") for line in lines), proc.stdout
+        # Nothing was written.
+        got = kubectl("get", "cronjobs", "-n", rel.namespace, "-o", "name").stdout
+        assert got.strip() == ""
+        assert kubectl("get", "validatingadmissionpolicy", admission_policy(rel)["metadata"]["name"],
+                       check=False).returncode != 0
+    finally:
+        delete_release(rel)
 
 
 def test_a_job_created_from_the_cronjob_runs_as_configured(installed):
@@ -255,6 +129,13 @@ CHECKS = [
     ("cluster-wide", "delete deployments", ["delete", "deployments.apps"], "outside", False),
     ("cluster-wide", "update lease bouncer", ["update", "leases.coordination.k8s.io/bouncer"], "release", False),
     ("cluster-wide", "delete namespaces", ["delete", "namespaces"], "", False),
+    # What guards the patch grant is out of the ServiceAccount's reach.
+    ("namespaced", "delete validatingadmissionpolicies",
+     ["delete", "validatingadmissionpolicies.admissionregistration.k8s.io"], "", False),
+    ("cluster-wide", "patch validatingadmissionpolicies",
+     ["patch", "validatingadmissionpolicies.admissionregistration.k8s.io"], "", False),
+    ("cluster-wide", "delete validatingadmissionpolicybindings",
+     ["delete", "validatingadmissionpolicybindings.admissionregistration.k8s.io"], "", False),
 ]
 
 
@@ -319,18 +200,6 @@ def service_account_kubeconfig(rel: Release, path: str) -> None:
         yaml.safe_dump(config, f)
 
 
-def small_deployment(name: str) -> dict[str, Any]:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-        "spec": {"replicas": 2, "selector": {"matchLabels": labels},
-                 "template": {"metadata": {"labels": labels},
-                              "spec": {"containers": [{
-                                  "name": "app", "image": "registry.k8s.io/pause:3.2",
-                                  "resources": {"requests": {"cpu": "1m", "memory": "8Mi"}}}]}}},
-    }
-
-
 def restarted_at(namespace: str, name: str) -> str:
     return kubectl("-n", namespace, "get", "deployment", name, "-o",
                    "jsonpath={.spec.template.metadata.annotations.kubectl\\.kubernetes\\.io/restartedAt}"
@@ -338,14 +207,21 @@ def restarted_at(namespace: str, name: str) -> str:
 
 
 def test_real_run_as_the_service_account(installed, tmp_path):
-    """With the chart's identity, bouncer bounces in an allowed namespace and nowhere else."""
+    """With the chart's identity, bouncer bounces in an allowed namespace and nowhere else; its
+    admission policy (in force: see `installed`) lets both bounce methods through: a rollout's
+    restart patch with its mark, and an OnDelete StatefulSet's mark-only patch and evictions."""
     rel: Release = installed["namespaced"]
+    assert admission_policy(rel), "the run is to pass through the chart's admission policy"
     binary = bouncer_binary()
     allowed, outside = rel.allowed[0], rel.outside
     for ns in (allowed, outside):
         kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(small_deployment("rbac-web")))
+    kubectl("-n", allowed, "apply", "-f", "-", stdin=json.dumps(on_delete_statefulset("rbac-db")))
     for ns in (allowed, outside):
         kubectl("-n", ns, "rollout", "status", "deployment/rbac-web", "--timeout=90s", timeout=100)
+    kubectl("-n", allowed, "wait", "statefulset/rbac-db", "--for=jsonpath={.status.readyReplicas}=2",
+            "--timeout=90s", timeout=100)
+    db_pods = pod_uids(allowed, "app=rbac-db")
     kubeconfig = str(tmp_path / "sa.kubeconfig")
     service_account_kubeconfig(rel, kubeconfig)
     policies = tmp_path / "policies"
@@ -353,7 +229,9 @@ def test_real_run_as_the_service_account(installed, tmp_path):
     (policies / "p.yaml").write_text(yaml.safe_dump({
         "apiVersion": "bouncer.dev/v1alpha1", "kind": "BouncePolicy",
         "metadata": {"name": "rbac-web"},
-        "spec": {"target": {"selector": {"matchLabels": {"app": "rbac-web"}}},
+        "spec": {"target": {"selector": {"matchExpressions": [
+                     {"key": "app", "operator": "In", "values": ["rbac-web", "rbac-db"]}]},
+                            "kinds": ["Deployment", "StatefulSet"]},
                  "triggers": {"schedule": {"cron": "* * * * *"}}, "cooldown": "1s"},
     }))
     # The every-minute cron must fire after the pods started.
@@ -364,9 +242,14 @@ def test_real_run_as_the_service_account(installed, tmp_path):
     run = subprocess.run([binary, "run"], env=env, capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
-    bounced = [(r["workload"]["namespace"], r["decision"]) for r in report["rows"]]
-    assert bounced == [(allowed, "bounced")], report
+    bounced = sorted((r["workload"]["namespace"], r["workload"]["name"], r["decision"])
+                     for r in report["rows"])
+    assert bounced == [(allowed, "rbac-db", "bounced"), (allowed, "rbac-web", "bounced")], report
     assert restarted_at(allowed, "rbac-web"), "the allowed namespace's deployment was restarted"
+    # The StatefulSet's pods were evicted and replaced, and its mark written.
+    assert not db_pods & pod_uids(allowed, "app=rbac-db"), "every rbac-db pod was replaced"
+    db = json.loads(kubectl("-n", allowed, "get", "statefulset", "rbac-db", "-o", "json").stdout)
+    assert "bouncer.dev/last-attempt" in db["metadata"]["annotations"], db["metadata"]
     assert not restarted_at(outside, "rbac-web"), "the other namespace was not touched"
 
     # The same identity pointed at a namespace outside its grant is refused (exit 3), writes nothing.
@@ -375,3 +258,19 @@ def test_real_run_as_the_service_account(installed, tmp_path):
     assert refused.returncode == 3, (refused.returncode, refused.stderr)
     assert "forbidden" in refused.stderr.lower(), refused.stderr
     assert not restarted_at(outside, "rbac-web")
+
+
+def on_delete_statefulset(name: str) -> dict[str, Any]:
+    """Two pods that only an eviction replaces: bouncer marks the StatefulSet, then evicts."""
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name},
+        "spec": {"replicas": 2, "serviceName": name, "selector": {"matchLabels": labels},
+                 "updateStrategy": {"type": "OnDelete"}, "podManagementPolicy": "Parallel",
+                 "template": small_deployment(name)["spec"]["template"]},
+    }
+
+
+def pod_uids(namespace: str, selector: str) -> set[str]:
+    pods = json.loads(kubectl("-n", namespace, "get", "pods", "-l", selector, "-o", "json").stdout)
+    return {p["metadata"]["uid"] for p in pods["items"]}

@@ -53,3 +53,13 @@ def test_url_alone_mounts_nothing():
 def test_bad_values_are_rejected(values):
     with pytest.raises(helm.HelmError):
         render(values, **V1_30)
+
+
+def test_a_bearer_token_is_refused_with_an_http_url():
+    values = {"prometheus": {"url": "http://prometheus.monitoring:9090", "secretName": "prom-client",
+                             "bearerTokenKey": "token"}}
+    with pytest.raises(helm.HelmError, match="prometheus.bearerTokenKey: a bearer token is sent only over https"):
+        render(values, **V1_30)
+    # A CA bundle alone over http is no secret; the token over https is fine.
+    render({"prometheus": {**values["prometheus"], "bearerTokenKey": "", "caKey": "ca.pem"}}, **V1_30)
+    render({"prometheus": {**values["prometheus"], "url": "https://prometheus.monitoring:9090"}}, **V1_30)

@@ -85,6 +85,59 @@ fn bad_settings_exit_2_naming_the_variable() {
     );
 }
 
+/// A Prometheus bearer token is never sent over plain http: the run refuses to start, before any
+/// cluster call, whether the token comes from a flag or the environment.
+#[test]
+fn a_prometheus_bearer_token_with_an_http_url_exits_2_naming_the_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("p.yaml"), GOOD).unwrap();
+    std::fs::write(dir.path().join("token"), "secret").unwrap();
+    let policies = dir.path().to_str().unwrap();
+    let token = dir.path().join("token");
+    let token = token.to_str().unwrap();
+    let http = [(
+        "BOUNCER_PROMETHEUS_URL",
+        "http://prometheus.monitoring:9090",
+    )];
+    for (args, env) in [
+        (
+            vec!["run", "--policies", policies],
+            vec![http[0], ("BOUNCER_PROMETHEUS_BEARER_TOKEN_FILE", token)],
+        ),
+        (
+            vec![
+                "plan",
+                "--policies",
+                policies,
+                "--prometheus-bearer-token-file",
+                token,
+            ],
+            http.to_vec(),
+        ),
+    ] {
+        let out = bouncer(&args, &env);
+        let msg = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {msg}");
+        assert!(
+            msg.contains("BOUNCER_PROMETHEUS_BEARER_TOKEN_FILE"),
+            "{msg}"
+        );
+        assert!(msg.contains("only over https"), "{msg}");
+    }
+    // The same token over https passes the settings (and fails later, at the absent cluster).
+    let out = bouncer(
+        &["plan", "--policies", policies],
+        &[
+            (
+                "BOUNCER_PROMETHEUS_URL",
+                "https://prometheus.monitoring:9090",
+            ),
+            ("BOUNCER_PROMETHEUS_BEARER_TOKEN_FILE", token),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+}
+
 #[test]
 fn unreachable_cluster_exits_3_and_valid_input_passes_validate() {
     let dir = tempfile::tempdir().unwrap();

@@ -98,3 +98,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
   resources: [namespaces]
   verbs: [get, list, watch]
 {{- end -}}
+
+{{/* Whether the cluster serves ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, 1.30+). */}}
+{{- define "bouncer.admissionPolicyServed" -}}
+{{- if and (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy") (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding") -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* CEL for the admission policy: the keys of map A that differ from map B (added, changed or removed). */}}
+{{- define "bouncer.celChanged" -}}
+({{ index . 0 }}.filter(k, !(k in {{ index . 1 }}) || {{ index . 0 }}[k] != {{ index . 1 }}[k]) + {{ index . 1 }}.filter(k, !(k in {{ index . 0 }})))
+{{- end -}}

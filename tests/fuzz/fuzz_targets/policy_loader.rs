@@ -9,7 +9,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let policies = match bouncer::policy::parse_str("fuzz.yaml", text) {
+    let policies = match bouncer::core::policy::parse_str("fuzz.yaml", text) {
         Ok(p) => p,
         Err(e) => {
             // Every error names where it is, and renders.
@@ -25,14 +25,19 @@ fuzz_target!(|data: &[u8]| {
             let _ = s.next_fire(now);
             let _ = s.verdict(now, Some(now - chrono::TimeDelta::days(400)));
         }
-        let _ = bouncer::schedule::in_windows(&p.windows, now);
+        let _ = bouncer::core::schedule::in_windows(&p.windows, now);
     }
-    let inventory = bouncer::model::Inventory {
+    let inventory = bouncer::core::model::Inventory {
         workloads: Vec::new(),
         unsupported: Vec::new(),
         excluded_namespaces: Default::default(),
         pdbs: Vec::new(),
-        metrics: bouncer::model::MetricsState::Available,
+        metrics: bouncer::core::model::MetricsState::Available,
     };
-    let _ = bouncer::plan::plan(&policies, &inventory, now, &bouncer::plan::Limits { max_bounces: 10 });
+    let _ = bouncer::core::plan::plan(
+        &policies,
+        &inventory,
+        now,
+        &bouncer::core::plan::Limits { max_bounces: 10 },
+    );
 });
