@@ -412,7 +412,15 @@ fn bounced_at(policy: &Policy, w: &Workload) -> Option<DateTime<Utc>> {
     let a = history.latest()?;
     let restarted = match a.outcome {
         AttemptOutcome::Bounced => true,
-        AttemptOutcome::Started => oldest_start(w).is_some_and(|t| t >= a.time),
+        // Pods of the old template may still be terminating: only the live ones tell.
+        AttemptOutcome::Started => w
+            .pods
+            .iter()
+            .filter(|p| !p.deleting)
+            .map(|p| p.started)
+            .min()
+            .flatten()
+            .is_some_and(|t| t >= a.time),
         _ => false,
     };
     (a.policy == policy.name && restarted).then_some(a.time)

@@ -17,7 +17,7 @@ use serde_json::json;
 
 use crate::harness::{
     Policies, bouncer, bouncer_events, finish, next_minute, pod_uids, policy, restarted_at_of,
-    spawn_bouncer, statefulset as get_statefulset,
+    spawn_bouncer, statefulset as get_statefulset, wait_restarted_at,
 };
 
 const READY: Duration = Duration::from_secs(180);
@@ -173,8 +173,8 @@ async fn case4_partition_is_skipped_and_never_patched() {
     assert_eq!(pod_uids(&client, n, "app=held").await, held_pods);
 }
 
-/// Case 8: an owner that rewrites restartedAt after the rollout completed and the settle passed
-/// (here while the next bounce runs) restarts the pods a second time. The run's final re-check
+/// Case 8: an owner that rewrites restartedAt after the rollout completed, the settle passed and
+/// the queue confirmed it (here while the next bounce runs) restarts the pods a second time. The run's final re-check
 /// reports the first bounce reverted, naming the manager, and exits 1; the other bounce says
 /// when it was last confirmed.
 #[tokio::test]
@@ -196,18 +196,9 @@ async fn case8_late_revert_is_reported_reverted() {
     next_minute(Duration::from_secs(1)).await;
 
     let running = spawn_bouncer(&["run"], &policies, n, &[]);
-    // a-late is first (oldest pods); its Bounced Event comes after its verification.
-    let verified = async {
-        while bouncer_events(&client, n, "a-late", "Bounced")
-            .await
-            .is_empty()
-        {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    };
-    tokio::time::timeout(READY, verified)
-        .await
-        .expect("a-late bounced and verified");
+    // a-late is first (oldest pods). The queue confirms it before b-slow starts (Safety rule
+    // 18); the revert comes once b-slow is patched, while its rollout runs.
+    wait_restarted_at(&client, n, "b-slow", READY).await;
     let revert = json!({"spec": {"template": {"metadata": {"annotations": {
         bouncer_testkit::RESTARTED_AT: "2020-01-01T00:00:00Z"}}}}});
     let params = PatchParams {
