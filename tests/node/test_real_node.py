@@ -300,3 +300,46 @@ def test_validate_runs_in_the_image(namespace: str) -> None:
     bad = {"bad.yaml": yaml.safe_dump(memory_policy(namespace, "x", {"above": "lots"}))}
     code, log = run_validate(namespace, "bad", bad)
     assert code == 2 and "bad.yaml" in log, (code, log)
+
+
+def oom_kills(pod: dict[str, Any]) -> int:
+    status = (pod["status"].get("containerStatuses") or [{}])[0]
+    last = status.get("lastState", {}).get("terminated") or {}
+    return status.get("restartCount", 0) if last.get("reason") == "OOMKilled" else 0
+
+
+def test_a_real_oom_against_a_percent_of_limit_bounce(namespace: str, helm_release) -> None:
+    """Two copies of a leak under a 120Mi limit: the kernel OOM-kills the one no policy covers;
+    a percentOfLimit policy restarts the other first, on the CronJob's schedule."""
+    limit_mib, percent = 120, 20
+    for app in ("unguarded", "guarded"):
+        kubectl("apply", "-f", "-", stdin=json.dumps(leaky_deployment(
+            app, namespace, mib_per_step=RATE_MIB, limit=f"{limit_mib}Mi")))
+    t0 = time.time()
+    helm_release(namespace, chart_values(namespace, memory_policy(
+        namespace, "guarded", {"percentOfLimit": percent})))
+
+    def killed() -> list[dict[str, Any]]:
+        return [p for p in get("pods", "-n", namespace, "-l", "app=unguarded")["items"]
+                if oom_kills(p)]
+
+    (victim,) = wait_until("the kernel to OOM-kill the unguarded leak", 240, killed, every=2)
+    terminated = victim["status"]["containerStatuses"][0]["lastState"]["terminated"]
+    assert terminated["exitCode"] == 137
+    oom_at = ts(terminated["finishedAt"])
+
+    bounces = [(job, row) for job in finished_jobs(namespace)
+               for report in reports(job_log(namespace, job["metadata"]["name"]))
+               for row in report["rows"] if row["workload"]["name"] == "guarded"
+               and row["decision"] == "bounced"]
+    assert bounces, "no run bounced the guarded leak before the other one was OOM-killed"
+    job, row = bounces[0]
+    assert row["memory"]["threshold"] == limit_mib * MIB * percent // 100, row["memory"]
+    bounced_at = ts(row["completedAt"])
+    assert bounced_at < oom_at
+    guarded = get("pods", "-n", namespace, "-l", "app=guarded")["items"]
+    assert not [p for p in guarded if oom_kills(p)], "the guarded leak was OOM-killed too"
+    print(f"\nreal OOM vs bounce ({limit_mib}Mi limit, {RATE_MIB} MiB/s): unguarded OOM-killed at"
+          f" +{oom_at - t0:.0f} s (exit 137), guarded bounced at +{bounced_at - t0:.0f} s by"
+          f" {job['metadata']['name']} at {row['memory']['usage'] // MIB}Mi"
+          f" ({percent}% of the limit is {limit_mib * percent // 100}Mi)")
