@@ -61,9 +61,21 @@ pub async fn drive(
     stop: &watch::Receiver<Stop>,
 ) -> Vec<Outcome> {
     let mut seen = Observation::Begin;
+    let mut announced = 0;
     loop {
         let why = stop.borrow().clone();
+        let before = queue.in_progress().map(|(i, total, _)| (i, total));
         let action = queue.step(seen, clock(), why.as_deref());
+        let now = queue.in_progress();
+        if let Some((i, total)) = before.filter(|(i, _)| now.is_none_or(|(n, ..)| n != *i))
+            && let Some(o) = queue.last_outcome()
+        {
+            tracing::info!(workload = %o.target, status = o.status.code(), "bounce {i}/{total} done");
+        }
+        if let Some((i, total, b)) = now.filter(|(i, ..)| *i != announced) {
+            announced = i;
+            tracing::info!(workload = %b.target, policy = %b.policy, "bounce {i}/{total}");
+        }
         if let Action::Finished = action {
             return queue.outcomes();
         }
@@ -75,14 +87,16 @@ pub async fn drive(
         } else {
             cluster.carry_out(&action).await
         };
+        if let (Action::Patch { target, .. }, Observation::Patched(Ok((written, _)))) =
+            (&action, &seen)
+        {
+            tracing::info!(workload = %target, "patched kubectl.kubernetes.io/restartedAt={written}; waiting for the rollout");
+        }
     }
 }
 
 fn log(action: &Action) {
     match action {
-        Action::Patch { target, .. } => {
-            tracing::info!(workload = %target, "patching kubectl.kubernetes.io/restartedAt")
-        }
         Action::RequestOperatorRestart {
             target,
             server,
@@ -94,12 +108,6 @@ fn log(action: &Action) {
         ),
         Action::Evict { target, pod, .. } => {
             tracing::info!(workload = %target, "evicting pod {} ({})", pod.name, evict::EVICTION_API)
-        }
-        Action::Wait(Stage::Rollout { target, .. }) => {
-            tracing::info!(workload = %target, "waiting for the rollout")
-        }
-        Action::Done(outcome) => {
-            tracing::info!(workload = %outcome.target, status = outcome.status.code(), "bounce done")
         }
         _ => {}
     }

@@ -98,6 +98,18 @@ impl<'a> Queue<'a> {
         }
     }
 
+    /// The bounce being carried out, as (position from 1, queue length, bounce), if one is.
+    pub fn in_progress(&self) -> Option<(usize, usize, &'a Bounce)> {
+        self.current
+            .as_ref()
+            .map(|_| (self.next + 1, self.bounces.len(), &self.bounces[self.next]))
+    }
+
+    /// The outcome recorded last, if any.
+    pub fn last_outcome(&self) -> Option<&Outcome> {
+        self.outcomes.last()
+    }
+
     /// The outcomes, in plan order, once `step` has answered `Action::Finished`.
     pub fn outcomes(self) -> Vec<Outcome> {
         self.outcomes
