@@ -133,13 +133,18 @@ fn server_state(strategy: Option<&str>) -> McpServerState {
     }
 }
 
-/// Runs one bounce to its end: the actions it asked for, and its outcome.
-fn run(b: &Bounce, p: &Policy, mut script: Script) -> (Vec<Action>, Outcome) {
-    let limits = Limits {
+/// A ten-minute budget and `settle`.
+fn limits(p: &Policy, settle: Duration) -> Limits<'_> {
+    Limits {
         policy: p,
         timeout: Duration::from_secs(600),
-        settle: Duration::ZERO,
-    };
+        settle,
+    }
+}
+
+/// Runs one bounce to its end: the actions it asked for, and its outcome.
+fn run(b: &Bounce, p: &Policy, mut script: Script) -> (Vec<Action>, Outcome) {
+    let limits = limits(p, Duration::ZERO);
     let mut m = Machine::new(b, limits);
     let mut seen = Observation::Begin;
     let mut stop: Option<&str> = None;
@@ -247,11 +252,7 @@ fn a_rollout_is_patched_waited_verified_marked_and_told() {
 fn a_settle_longer_than_the_rollout_sleeps_before_verifying() {
     let (p, w) = (policy("p", "web"), web(2));
     let b = bounce_of(&w, &p);
-    let limits = Limits {
-        policy: &p,
-        timeout: Duration::from_secs(600),
-        settle: Duration::from_secs(5),
-    };
+    let limits = limits(&p, Duration::from_secs(5));
     let mut m = Machine::new(&b, limits);
     let now = t(NOW);
     assert!(matches!(
@@ -367,11 +368,7 @@ fn a_budget_exhausted_since_the_plan_stops_an_eviction_bounce() {
 fn a_stop_during_the_fresh_read_starts_nothing() {
     let (p, w) = (policy("p", "web"), web(2));
     let b = bounce_of(&w, &p);
-    let limits = Limits {
-        policy: &p,
-        timeout: Duration::from_secs(600),
-        settle: Duration::ZERO,
-    };
+    let limits = limits(&p, Duration::ZERO);
     let mut m = Machine::new(&b, limits);
     m.step(Observation::Begin, t(NOW), None);
     let a = m.step(Observation::Read(Ok(fresh(&w))), t(NOW), Some("SIGTERM"));
@@ -754,11 +751,7 @@ fn a_stop_during_a_rollout_ends_it_interrupted_and_marked() {
 fn an_answer_to_another_action_fails_closed() {
     let (p, w) = (policy("p", "web"), web(2));
     let b = bounce_of(&w, &p);
-    let limits = Limits {
-        policy: &p,
-        timeout: Duration::from_secs(600),
-        settle: Duration::ZERO,
-    };
+    let limits = limits(&p, Duration::ZERO);
     let mut m = Machine::new(&b, limits);
     m.step(Observation::Begin, t(NOW), None);
     // A rollout's answer where the fresh read was asked for: the failure is told, nothing else.
