@@ -4,34 +4,20 @@
 
 use std::time::{Duration, Instant};
 
-use bouncer_testkit::{
-    Kind, PodTemplateExt, TestNs, client, create, deployment, kubectl, wait_pod_memory,
-    wait_rollout_complete,
-};
+use bouncer_testkit::{PodTemplateExt, TestNs, client, deployment, kubectl, wait_pod_memory};
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
 use crate::harness::{
-    Policies, apply, audit_mark, audit_since, audited, bouncer, bouncer_env, finish, keep_patching,
-    micro, next_minute, pod_uids, pods, policy, restarted_at_of, spawn_bouncer, stuck_on_restart,
-    time, wait_restarted_at, written_by,
+    EVERY_MINUTE, Policies, apply, audit_mark, audit_since, audited, bouncer, bouncer_env, deploy,
+    finish, keep_patching, micro, next_minute, pod_uids, pods, policy, restarted_at_of,
+    spawn_bouncer, stuck_on_restart, time, wait_restarted_at, written_by,
 };
 
 const READY: Duration = Duration::from_secs(180);
-const EVERY_MINUTE: &str =
-    "  triggers:\n    schedule: {cron: \"* * * * *\", startingDeadline: 5m}\n  cooldown: 1s\n";
-
-async fn deploy(client: &Client, ns: &str, d: Deployment) {
-    let name = d.metadata.name.clone().unwrap();
-    create(client, ns, &d).await.expect("create deployment");
-    wait_rollout_complete(client, Kind::Deployment, ns, &name, READY)
-        .await
-        .expect("deployment ready");
-}
 
 fn patches_by_name(mark: Option<u64>, ns: &str) -> Option<Vec<String>> {
     let log = audit_since(mark?);

@@ -169,6 +169,28 @@ pub fn written_by(meta: &kube::api::ObjectMeta, manager: &str) -> Option<DateTim
         .max()
 }
 
+/// A schedule that fires every minute with a 1 s cooldown: a policy's `extra` for most tests.
+pub const EVERY_MINUTE: &str =
+    "  triggers:\n    schedule: {cron: \"* * * * *\", startingDeadline: 5m}\n  cooldown: 1s\n";
+
+/// Creates a Deployment and waits for its rollout; generous, as the whole control plane shares
+/// two cores with every test running at once.
+pub async fn deploy(client: &Client, ns: &str, d: Deployment) {
+    let name = d.metadata.name.clone().expect("a named Deployment");
+    bouncer_testkit::create(client, ns, &d)
+        .await
+        .expect("create deployment");
+    bouncer_testkit::wait_rollout_complete(
+        client,
+        bouncer_testkit::Kind::Deployment,
+        ns,
+        &name,
+        Duration::from_secs(180),
+    )
+    .await
+    .expect("deployment ready");
+}
+
 /// Waits until the wall clock passes the next whole minute plus `margin`, so a `* * * * *`
 /// schedule has fired after everything created so far.
 pub async fn next_minute(margin: Duration) {

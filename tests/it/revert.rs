@@ -14,8 +14,7 @@ use crate::harness::{
 };
 
 const READY: Duration = Duration::from_secs(180);
-pub(crate) const EVERY_MINUTE: &str =
-    "  triggers:\n    schedule: {cron: \"* * * * *\", startingDeadline: 5m}\n  cooldown: 1s\n";
+pub(crate) use crate::harness::EVERY_MINUTE;
 
 /// Evictions of `pods` in `ns` that bouncer made since `mark`, oldest first (pod name, time).
 pub(crate) fn evictions(mark: u64, ns: &str) -> Vec<(String, DateTime<Utc>)> {

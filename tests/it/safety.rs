@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use bouncer_testkit::rollout::wait_list;
 use bouncer_testkit::{
-    Kind, TestNs, client, create, deployment, pod_template, statefulset, wait_pods_ready,
-    wait_rollout_complete,
+    TestNs, client, create, deployment, pod_template, statefulset, wait_pods_ready,
 };
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
@@ -20,23 +19,13 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::harness::{
-    Policies, apply, audit_mark, audit_since, audited, bouncer, bouncer_events, finish,
-    next_minute, patch_deployment, pod_uids, policy, restarted_at_of, spawn_bouncer,
-    statefulset as get_statefulset, stuck_on_restart, wait_restarted_at,
+    EVERY_MINUTE, Policies, apply, audit_mark, audit_since, audited, bouncer, bouncer_events,
+    deploy, finish, next_minute, patch_deployment, pod_uids, policy, restarted_at_of,
+    spawn_bouncer, statefulset as get_statefulset, stuck_on_restart, wait_restarted_at,
 };
 
 /// Generous: the whole control plane shares two cores with every test running at once.
 const READY: Duration = Duration::from_secs(180);
-const EVERY_MINUTE: &str =
-    "  triggers:\n    schedule: {cron: \"* * * * *\", startingDeadline: 5m}\n  cooldown: 1s\n";
-
-async fn deploy(client: &Client, ns: &str, d: k8s_openapi::api::apps::v1::Deployment) {
-    let name = d.metadata.name.clone().unwrap();
-    create(client, ns, &d).await.expect("create deployment");
-    wait_rollout_complete(client, Kind::Deployment, ns, &name, READY)
-        .await
-        .expect("deployment ready");
-}
 
 fn on_delete(mut s: StatefulSet) -> StatefulSet {
     let spec = s.spec.as_mut().unwrap();

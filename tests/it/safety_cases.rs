@@ -6,32 +6,20 @@
 
 use std::time::Duration;
 
-use bouncer_testkit::{
-    Kind, TestNs, client, create, deployment, statefulset, wait_pods_ready, wait_rollout_complete,
-};
+use bouncer_testkit::{TestNs, client, create, deployment, statefulset, wait_pods_ready};
 use chrono::{Timelike, Utc};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use kube::Api;
 use kube::api::{Patch, PatchParams};
-use kube::{Api, Client};
 use serde_json::json;
 
 use crate::harness::{
-    Policies, bouncer, bouncer_events, finish, next_minute, pod_uids, policy, restarted_at_of,
-    spawn_bouncer, statefulset as get_statefulset, wait_restarted_at,
+    EVERY_MINUTE, Policies, bouncer, bouncer_events, deploy, finish, next_minute, pod_uids, policy,
+    restarted_at_of, spawn_bouncer, statefulset as get_statefulset, wait_restarted_at,
 };
 
 const READY: Duration = Duration::from_secs(180);
 const ATTEMPT: &str = "bouncer.dev/last-attempt";
-const EVERY_MINUTE: &str =
-    "  triggers:\n    schedule: {cron: \"* * * * *\", startingDeadline: 5m}\n  cooldown: 1s\n";
-
-async fn deploy(client: &Client, ns: &str, d: Deployment) {
-    let name = d.metadata.name.clone().unwrap();
-    create(client, ns, &d).await.expect("create deployment");
-    wait_rollout_complete(client, Kind::Deployment, ns, &name, READY)
-        .await
-        .expect("deployment ready");
-}
 
 fn attempt_mark(s: &StatefulSet) -> serde_json::Value {
     let text = s

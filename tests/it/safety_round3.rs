@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use bouncer_testkit::{
-    Kind, PodTemplateExt, TestNs, client, create, deployment, statefulset, wait_pod_memory,
-    wait_pods_ready, wait_rollout_complete,
+    PodTemplateExt, TestNs, client, create, deployment, statefulset, wait_pod_memory,
+    wait_pods_ready,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
@@ -17,21 +17,11 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::harness::{
-    Policies, apply, bouncer, next_minute, pod_uids, pods, policy, restarted_at_of,
-    statefulset as get_statefulset,
+    EVERY_MINUTE, Policies, apply, bouncer, deploy, next_minute, pod_uids, pods, policy,
+    restarted_at_of, statefulset as get_statefulset,
 };
 
 const READY: Duration = Duration::from_secs(180);
-const EVERY_MINUTE: &str =
-    "  triggers:\n    schedule: {cron: \"* * * * *\", startingDeadline: 5m}\n  cooldown: 1s\n";
-
-async fn deploy(client: &Client, ns: &str, d: Deployment) {
-    let name = d.metadata.name.clone().unwrap();
-    create(client, ns, &d).await.expect("create deployment");
-    wait_rollout_complete(client, Kind::Deployment, ns, &name, READY)
-        .await
-        .expect("deployment ready");
-}
 
 fn with_strategy(mut d: Deployment, surge: i32, unavailable: i32) -> Deployment {
     d.spec.as_mut().unwrap().strategy = Some(
