@@ -110,3 +110,18 @@ true
 {{- define "bouncer.celChanged" -}}
 ({{ index . 0 }}.filter(k, !(k in {{ index . 1 }}) || {{ index . 0 }}[k] != {{ index . 1 }}[k]) + {{ index . 1 }}.filter(k, !(k in {{ index . 0 }})))
 {{- end -}}
+
+{{/*
+"true" when the pod gets at least one policy: from values.policies, the chart's policies/ files or
+a ConfigMap of the user's own. Without one every run would fail, so the CronJob stays suspended.
+*/}}
+{{- define "bouncer.hasPolicies" -}}
+{{- if or .Values.policies .Values.policiesConfigMap (.Files.Glob "policies/*.yaml") -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The ConfigMap mounted at /etc/bouncer/policies. */}}
+{{- define "bouncer.policiesConfigMap" -}}
+{{- .Values.policiesConfigMap | default (printf "%s-policies" (include "bouncer.fullname" .)) -}}
+{{- end -}}
