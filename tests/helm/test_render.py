@@ -84,10 +84,13 @@ def test_default_cronjob():
     assert spec["startingDeadlineSeconds"] == 300
     assert spec["successfulJobsHistoryLimit"] == 3
     assert spec["failedJobsHistoryLimit"] == 3
-    assert spec["suspend"] is False
+    # No policy yet: installed suspended (see test_without_a_policy_...).
+    assert spec["suspend"] is True
+    assert "timeZone" not in spec
     job = spec["jobTemplate"]["spec"]
     assert job["backoffLimit"] == 0
     assert "activeDeadlineSeconds" not in job
+    assert "ttlSecondsAfterFinished" not in job
     # Jobs carry the selector labels, so NOTES' `get jobs -l ...` finds them.
     assert {"app.kubernetes.io/name", "app.kubernetes.io/instance"} <= set(
         spec["jobTemplate"]["metadata"]["labels"])
@@ -136,7 +139,7 @@ def test_notes_tell_how_to_read_the_last_report_and_run_now():
             f"app.kubernetes.io/instance={RELEASE}") in text
     assert f"kubectl -n {NAMESPACE} logs job/$LAST" in text
     assert f"kubectl -n {NAMESPACE} create job --from=cronjob/bouncer " in text
-    assert "no policy is configured" in text
+    assert "NOTHING WILL RUN YET: no policy is configured" in text
     assert "every namespace" in text
     assert "DRY-RUN" not in text
 
@@ -358,3 +361,116 @@ def test_pod_is_hardened(values):
 def test_service_account_does_not_hand_out_tokens_to_other_pods():
     sa = one(manifests(render()), "ServiceAccount")
     assert sa["automountServiceAccountToken"] is False
+
+
+# --- a fresh install without policies is inert --------------------------------------------
+
+
+def test_without_a_policy_the_cronjob_is_suspended_and_notes_say_what_to_add():
+    rendered = render(**V1_21)
+    cj = one(manifests(rendered), "CronJob")
+    assert cj["spec"]["suspend"] is True
+    assert "no policy is configured" in cj["metadata"]["annotations"]["bouncer.dev/suspended"]
+    text = notes(rendered)
+    assert text.lstrip().startswith("NOTHING WILL RUN YET"), text
+    assert f"helm upgrade {RELEASE} <chart> -n {NAMESPACE} --reuse-values -f my-policies.yaml" in text
+    # The example NOTES shows is a policy the chart accepts.
+    example = yaml.safe_load(text.split("for example (`bouncer validate` checks it offline):\n")[1]
+                             .split("\n\n")[0])
+    armed = render(example, **V1_21)
+    assert one(manifests(armed), "CronJob")["spec"]["suspend"] is False
+    assert "NOTHING WILL RUN YET" not in notes(armed)
+    assert "suspended" not in notes(armed)
+
+
+@pytest.mark.parametrize("source", ["values-list", "values-map", "configmap", "chart-file"])
+def test_any_policy_source_arms_the_cronjob(source, chart_copy: Path):
+    values, chart_dir = {}, CHART_DIR
+    if source == "values-list":
+        values = {"policies": [POLICY]}
+    elif source == "values-map":
+        values = {"policies": {"p.yaml": yaml.safe_dump(POLICY)}}
+    elif source == "configmap":
+        values = {"policiesConfigMap": "team-policies"}
+    else:
+        (chart_copy / "policies" / "shipped.yaml").write_text(yaml.safe_dump(POLICY))
+        chart_dir = chart_copy
+    cj = one(manifests(render(values, chart_dir=chart_dir)), "CronJob")
+    assert cj["spec"]["suspend"] is False
+    assert "annotations" not in cj["metadata"]
+    # suspend: true still suspends an armed CronJob.
+    cj = one(manifests(render({**values, "suspend": True}, chart_dir=chart_dir)), "CronJob")
+    assert cj["spec"]["suspend"] is True
+
+
+def test_policies_config_map_replaces_the_charts():
+    rendered = render({"policiesConfigMap": "team-policies"})
+    objs = manifests(rendered)
+    assert objects_of(objs, "ConfigMap") == []
+    volumes = {v["name"]: v for v in pod_spec(one(objs, "CronJob"))["volumes"]}
+    assert volumes["policies"]["configMap"]["name"] == "team-policies"
+    assert f"kubectl -n {NAMESPACE} get configmap team-policies -o yaml" in notes(rendered)
+    with pytest.raises(Exception, match="policies and policiesConfigMap are both set"):
+        render({"policiesConfigMap": "team-policies", "policies": [POLICY]})
+
+
+# --- time zone, security contexts, extras ------------------------------------------------
+
+
+def test_time_zone_goes_to_spec_time_zone():
+    rendered = render({"schedule": "0 3 * * *", "timeZone": "Europe/Berlin"}, kube_version="v1.27.0")
+    spec = one(manifests(rendered), "CronJob")["spec"]
+    assert (spec["schedule"], spec["timeZone"]) == ("0 3 * * *", "Europe/Berlin")
+    assert '"0 3 * * *" (Europe/Berlin)' in notes(rendered)
+    # spec.timeZone arrived in 1.27: an older server would drop it and run at UTC.
+    with pytest.raises(Exception, match="timeZone: CronJob spec.timeZone needs Kubernetes 1.27"):
+        render({"timeZone": "Europe/Berlin"}, **V1_21)
+
+
+def test_openshift_restricted_unsets_the_user_and_keeps_the_rest():
+    nulls = {"runAsUser": None, "runAsGroup": None}
+    cj = one(manifests(render({"podSecurityContext": nulls, "securityContext": nulls})), "CronJob")
+    pod, sc = pod_spec(cj)["securityContext"], container(cj)["securityContext"]
+    assert pod == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert sc == {"runAsNonRoot": True, "readOnlyRootFilesystem": True,
+                  "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                  "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def test_security_contexts_come_from_values():
+    cj = one(manifests(render({"podSecurityContext": {"fsGroup": 2000, "runAsUser": 1000},
+                               "securityContext": {"runAsUser": 1000}})), "CronJob")
+    assert pod_spec(cj)["securityContext"]["fsGroup"] == 2000
+    assert pod_spec(cj)["securityContext"]["runAsUser"] == 1000
+    assert container(cj)["securityContext"]["runAsUser"] == 1000
+    # Values merge into the defaults: the rest of the hardening stays.
+    assert container(cj)["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_extra_args_env_from_volumes_and_ttl():
+    values = {
+        "dryRun": True,
+        "extraArgs": ["--max-bounces", "5", "--log-format=text"],
+        "envFrom": [{"secretRef": {"name": "bouncer-env"}}, {"configMapRef": {"name": "c"}, "prefix": "X_"}],
+        "extraVolumes": [{"name": "team", "configMap": {"name": "team-policies"}}],
+        "extraVolumeMounts": [{"name": "team", "mountPath": "/etc/team", "readOnly": True}],
+        "ttlSecondsAfterFinished": 3600,
+    }
+    cj = one(manifests(render(values)), "CronJob")
+    c = container(cj)
+    assert c["args"] == ["run", "--dry-run", "--max-bounces", "5", "--log-format=text"]
+    assert c["envFrom"] == values["envFrom"]
+    assert c["volumeMounts"][-1] == values["extraVolumeMounts"][0]
+    assert [m["mountPath"] for m in c["volumeMounts"]] == ["/etc/bouncer/policies", "/tmp", "/etc/team"]
+    assert pod_spec(cj)["volumes"][-1] == values["extraVolumes"][0]
+    assert cj["spec"]["jobTemplate"]["spec"]["ttlSecondsAfterFinished"] == 3600
+    zero = one(manifests(render({"ttlSecondsAfterFinished": 0})), "CronJob")
+    assert zero["spec"]["jobTemplate"]["spec"]["ttlSecondsAfterFinished"] == 0
+
+
+def test_pods_carry_the_standard_labels():
+    cj = one(manifests(render({"podLabels": {"team": "platform"}})), "CronJob")
+    labels = cj["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
+    assert STANDARD_LABELS <= set(labels)
+    assert labels["app.kubernetes.io/instance"] == RELEASE
+    assert labels["team"] == "platform"

@@ -15,6 +15,22 @@ from conftest import CHART_DIR, render
 SCHEMA = json.loads((CHART_DIR / "values.schema.json").read_text())
 DEFAULTS = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
 
+POLICY = {
+    "apiVersion": "bouncer.dev/v1alpha1",
+    "kind": "BouncePolicy",
+    "metadata": {"name": "nightly"},
+    "spec": {
+        "target": {"namespaces": ["team-a"], "selector": {"matchLabels": {"app": "api"}},
+                   "kinds": ["Deployment"]},
+        "triggers": {"schedule": {"cron": "0 3 * * *"}},
+        "cooldown": "6h",
+    },
+}
+
+# Every example policy the repository ships, as objects.
+EXAMPLES = [doc for path in sorted((CHART_DIR.parents[1] / "policies").glob("*.yaml"))
+            for doc in yaml.safe_load_all(path.read_text()) if doc]
+
 BAD = {
     "unknown-top-level-key": {"schedules": "* * * * *"},
     "unknown-nested-key": {"rbac": {"namespace": ["a"]}},
@@ -59,19 +75,59 @@ BAD = {
     "pushgateway-no-scheme": {"metrics": {"pushgatewayUrl": "pushgateway:9091"}},
     "prometheusRule-missedRuns-zero": {"prometheusRule": {"missedRuns": 0}},
     "prometheusRule-interval-string": {"prometheusRule": {"scheduleIntervalSeconds": "15m"}},
+    # The time zone goes in timeZone: current API servers refuse a TZ prefix in the schedule.
+    "schedule-cron-tz-prefix": {"schedule": "CRON_TZ=Europe/Berlin 0 3 * * *"},
+    "schedule-cron-tz-prefix-four-fields": {"schedule": "CRON_TZ=UTC 0 3 * *"},
+    "schedule-tz-prefix": {"schedule": "TZ=UTC 0 3 * * *"},
+    "timeZone-spaces": {"timeZone": "Europe Berlin"},
+    "timeZone-number": {"timeZone": 1},
+    "ttl-negative": {"ttlSecondsAfterFinished": -1},
+    "ttl-string": {"ttlSecondsAfterFinished": "1h"},
+    "extraArgs-number": {"extraArgs": ["--max-bounces", 5]},
+    "extraArgs-string": {"extraArgs": "--dry-run"},
+    "extraVolumes-no-name": {"extraVolumes": [{"emptyDir": {}}]},
+    "extraVolumeMounts-no-path": {"extraVolumeMounts": [{"name": "x"}]},
+    "extraVolumeMounts-relative-path": {"extraVolumeMounts": [{"name": "x", "mountPath": "etc"}]},
+    "envFrom-unknown-key": {"envFrom": [{"configMap": {"name": "x"}}]},
+    "securityContext-typo": {"securityContext": {"runAsUserr": 1000}},
+    "securityContext-user-string": {"securityContext": {"runAsUser": "65532"}},
+    "podSecurityContext-negative-user": {"podSecurityContext": {"runAsUser": -1}},
+    "podSecurityContext-container-only-key": {"podSecurityContext": {"readOnlyRootFilesystem": True}},
+    "policiesConfigMap-invalid": {"policiesConfigMap": "My Policies"},
+    # Policies given as objects are checked against the policy schema (`bouncer schema`).
+    "policy-misspelt-field": {"policies": [{**POLICY, "spec": {**POLICY["spec"], "cooldwn": "6h"}}]},
+    "policy-wrong-api-version": {"policies": [{**POLICY, "apiVersion": "bouncer.dev/v1"}]},
+    "policy-wrong-type": {"policies": [{**POLICY, "spec": {**POLICY["spec"], "target": {
+        **POLICY["spec"]["target"], "kinds": "Deployment"}}}]},
+    "policy-in-map-misspelt": {"policies": {"p.yaml": {**POLICY, "spec": {
+        **POLICY["spec"], "triggers": {"schedule": {"crn": "0 3 * * *"}}}}}},
+    "policy-missing-triggers": {"policies": [{**POLICY, "spec": {"target": POLICY["spec"]["target"]}}]},
 }
 
 GOOD = {
     "defaults": {},
     "dry-run-namespaced": {"dryRun": True, "rbac": {"namespaces": ["team-a", "kube-system"]}},
     "macro-schedule": {"schedule": "@hourly"},
-    "tz-schedule": {"schedule": "CRON_TZ=Europe/Berlin 0 3 * * *"},
+    "timeZone": {"schedule": "0 3 * * *", "timeZone": "Europe/Berlin"},
+    "timeZone-utc": {"timeZone": "UTC"},
+    "timeZone-three-parts": {"timeZone": "America/Argentina/Buenos_Aires"},
+    "ttl": {"ttlSecondsAfterFinished": 0},
+    "extras": {"extraArgs": ["--max-bounces", "5"], "envFrom": [{"secretRef": {"name": "s"}}],
+               "extraVolumes": [{"name": "team-policies", "configMap": {"name": "team"}}],
+               "extraVolumeMounts": [{"name": "team-policies", "mountPath": "/etc/team"}]},
+    "openshift-restricted": {"podSecurityContext": {"runAsUser": None, "runAsGroup": None},
+                             "securityContext": {"runAsUser": None, "runAsGroup": None}},
+    "securityContext-other-user": {"podSecurityContext": {"runAsUser": 1000, "fsGroup": 1000},
+                                   "securityContext": {"runAsUser": 1000}},
+    "policiesConfigMap": {"policiesConfigMap": "team-policies"},
+    "policies-examples-as-list": {"policies": EXAMPLES},
+    "policies-examples-as-map": {"policies": {f"p{i}.yaml": p for i, p in enumerate(EXAMPLES)}},
     "durations": {"rolloutTimeout": "1h 30m", "activeDeadlineSeconds": 7200},
     "history-zero": {"successfulJobsHistoryLimit": 0, "failedJobsHistoryLimit": 0},
     "digest": {"image": {"repository": "ghcr.io/x/bouncer", "digest": "sha256:" + "0" * 64}},
-    "policies-map": {"policies": {"a.yaml": "kind: BouncePolicy\n", "b.yml": {"kind": "BouncePolicy"}}},
-    "policies-list": {"policies": [{"apiVersion": "bouncer.dev/v1alpha1", "kind": "BouncePolicy",
-                                    "metadata": {"name": "x"}, "spec": {}}]},
+    # A string is only read by the run; an object is checked here.
+    "policies-map": {"policies": {"a.yaml": "kind: BouncePolicy\n", "b.yml": POLICY}},
+    "policies-list": {"policies": [POLICY]},
     "extraEnv": {"extraEnv": [{"name": "A", "value": "1"},
                               {"name": "B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
     "resources-numbers": {"resources": {"requests": {"cpu": 0.5, "memory": "1.5Gi"}}},
@@ -124,3 +180,12 @@ def test_good_values_are_accepted(values):
         merged = chart.merge_values(values)
     jsonschema.Draft7Validator(SCHEMA).validate(merged)
     assert render(values)
+
+
+def test_a_broken_policy_is_named_by_its_path_in_the_install_error():
+    bad = {"policies": [POLICY, {**POLICY, "spec": {**POLICY["spec"], "cooldwn": "6h"}}]}
+    with pytest.raises(helm.HelmValuesError) as err:
+        render(bad)
+    assert "/policies/1/spec" in str(err.value), err.value
+    assert "cooldwn" in str(err.value), err.value
+
