@@ -73,17 +73,20 @@ KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_]+):(?: |$)")
 
 def value_comments(text: str) -> dict[str, list[str]]:
     """The comment block right above each key of values.yaml, by dotted path. A blank line ends a
-    block that belongs to no key (the file's header)."""
+    block that belongs to no key (the file's header). A key without a comment right under a
+    commented sibling (no blank line between) shares that sibling's comment: it points to it."""
     comments: dict[str, list[str]] = {}
     stack: list[tuple[int, str]] = []
     block: list[str] = []
+    previous: tuple[int, str] | None = None  # the key on the line just above: indent, path
     for line in text.splitlines():
         stripped = line.strip()
         if stripped.startswith("#"):
             block.append(stripped[1:][1:] if stripped.startswith("# ") else stripped[1:])
+            previous = None
             continue
         if not stripped:
-            block = []
+            block, previous = [], None
             continue
         match = KEY.match(line)
         if not match:  # a list item or a flow value's continuation
@@ -93,7 +96,12 @@ def value_comments(text: str) -> dict[str, list[str]]:
         while stack and stack[-1][0] >= indent:
             stack.pop()
         stack.append((indent, match["key"]))
-        comments[".".join(k for _, k in stack)] = block
+        path = ".".join(k for _, k in stack)
+        if not block and previous and previous[0] == indent:
+            comments[path] = [f"See `{previous[1]}`."]
+        else:
+            comments[path] = block
+            previous = (indent, path) if block else None
         block = []
     return comments
 

@@ -49,9 +49,10 @@ def test_readme_lists_every_value_with_its_default_and_comment():
 
 def test_comment_parser_reads_blocks_and_nesting():
     text = ("# header\n\n# About a.\na:\n  # About b,\n  # two lines.\n  b: 1\n  c: [x]\n"
-            "# Example:\n#   d: 2\nd: {}\n")
+            "  e: 3\n\n  f: 4\n# Example:\n#   d: 2\nd: {}\n")
     assert chartgen.value_comments(text) == {
-        "a": ["About a."], "a.b": ["About b,", "two lines."], "a.c": [], "d": ["Example:", "  d: 2"]}
+        "a": ["About a."], "a.b": ["About b,", "two lines."], "a.c": ["See `a.b`."],
+        "a.e": ["See `a.b`."], "a.f": [], "d": ["Example:", "  d: 2"]}
     assert chartgen.describe(["Example:", "  d: 2 | 3"]) == "Example:<br>`  d: 2 \\| 3`"
 
 
