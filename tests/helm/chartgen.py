@@ -167,10 +167,18 @@ def leaves(values: Any, comments: dict[str, list[str]], path: list[str]):
 
 
 def values_table(values_text: str, schema: dict[str, Any]) -> str:
+    """One row per setting; a group whose settings are listed one by one (a map with commented
+    keys) gets a row of its own comment before its first setting."""
     values = yaml.safe_load(values_text)
     comments = value_comments(values_text)
     rows = ["| Key | Type | Default | Description |", "|-----|------|---------|-------------|"]
+    groups_shown: set[str] = set()
     for path, value in leaves(values, comments, []):
+        for depth in range(1, len(path)):
+            group = ".".join(path[:depth])
+            if group not in groups_shown and comments.get(group):
+                rows.append(f"| `{group}` | object | | {describe(comments[group])} |")
+                groups_shown.add(group)
         dotted = ".".join(path)
         default = json.dumps(value, ensure_ascii=False)
         text = comments.get(dotted) or []
@@ -179,24 +187,7 @@ def values_table(values_text: str, schema: dict[str, Any]) -> str:
             text = [node["description"]]
         rows.append(f"| `{dotted}` | {type_of(schema, node, value)} | `{cell(default)}` | "
                     f"{describe(text)} |")
-    return "\n".join(group_rows(values, comments, rows)) + "\n"
-
-
-def group_rows(values: dict[str, Any], comments: dict[str, list[str]], rows: list[str]) -> list[str]:
-    """Rows for the comments of groups (maps whose settings are listed one by one), placed before
-    their first setting."""
-    out = rows[:2]
-    shown: set[str] = set()
-    for row in rows[2:]:
-        dotted = row.split("`")[1]
-        parts = dotted.split(".")
-        for depth in range(1, len(parts)):
-            group = ".".join(parts[:depth])
-            if group not in shown and comments.get(group):
-                out.append(f"| `{group}` | object | | {describe(comments[group])} |")
-                shown.add(group)
-        out.append(row)
-    return out
+    return "\n".join(rows) + "\n"
 
 
 def readme(template: str, chart: dict[str, Any], values_text: str, schema: dict[str, Any]) -> str:
