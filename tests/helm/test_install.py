@@ -14,7 +14,7 @@ from typing import Any
 import helm_python as helm
 import pytest
 
-from conftest import CHART_DIR
+from conftest import CHART_DIR, manifests, one, render
 from live import Cluster, kubectl
 
 POLICY = {
@@ -130,3 +130,19 @@ def test_a_broken_policy_fails_install_and_upgrade_before_anything_is_written(he
                                    "json").stdout)
     assert "crn" not in configmap["data"]["values-policies.yaml"]
     assert cfg.status("bouncer")["revision"] == 1
+
+
+@pytest.mark.parametrize("schedule", ["CRON_TZ=Europe/Berlin 0 3 * * *", "TZ=UTC 0 3 * * *"])
+def test_the_api_server_refuses_a_time_zone_prefix_the_schema_refuses_too(cluster: Cluster,
+                                                                         schedule: str):
+    """Why the values schema refuses a TZ prefix in `schedule`: this API server would refuse the
+    CronJob (spec.timeZone is the way), so the install would fail half-way instead of up front."""
+    cj = one(manifests(render({"policies": [POLICY]}, kube_version=cluster.kube_version,
+                              api_versions=cluster.api_versions)), "CronJob")
+    cj["metadata"]["namespace"] = "default"
+    cj["spec"]["schedule"] = schedule
+    proc = kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(cj), check=False)
+    assert proc.returncode != 0, proc.stdout
+    assert "spec.schedule" in proc.stderr and "TZ" in proc.stderr, proc.stderr
+    cj["spec"]["schedule"], cj["spec"]["timeZone"] = "0 3 * * *", "Europe/Berlin"
+    kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(cj))
