@@ -116,9 +116,6 @@ pub fn locate(text: &str, document: usize, field: Option<&str>) -> Option<(usize
                 end = i;
                 break;
             }
-            if number == document {
-                start = Some(i);
-            }
             continue;
         }
         let content = !line.trim().is_empty() && !line.trim_start().starts_with('#');

@@ -241,8 +241,13 @@ fn an_unknown_bouncer_variable_exits_2_naming_the_closest_known_one() {
         ("BOUNCER_DRY_RNU", "BOUNCER_DRY_RUN"),
         ("BOUNCER_NAMESPACE", "BOUNCER_NAMESPACES"),
     ] {
-        for cmd in ["run", "plan", "validate"] {
-            let out = bouncer(&[cmd, "--policies", policies], &[(var, "true")]);
+        for args in [
+            &["run", "--policies", policies][..],
+            &["plan", "--policies", policies],
+            &["validate", policies],
+        ] {
+            let out = bouncer(args, &[(var, "true")]);
+            let cmd = args[0];
             let msg = text(&out);
             assert_eq!(out.status.code(), Some(2), "{cmd} {var}: {msg}");
             assert!(
@@ -286,16 +291,16 @@ fn validate_reports_json_and_github_annotations_on_the_policy_lines() {
     let lines: Vec<&str> = stdout.lines().collect();
     // The quantity error comes from validation (no parser location): found by its field, on
     // line 13 (`  triggers: {memory: {above: lots}}` of document 2). The unknown field is where
-    // the parser stopped, line 20.
+    // the parser stopped, on its key: line 21.
     assert!(
         lines.iter().any(|l| l.starts_with(&format!("::error file={file},line=13,col=23,title=bouncer%3A policy ok::spec.triggers.memory.above: "))),
         "{stdout}"
     );
     assert!(
-        lines
-            .iter()
-            .any(|l| l.starts_with(&format!("::error file={file},line=20,"))
-                && l.contains("cooldwn")),
+        lines.iter().any(
+            |l| l.starts_with(&format!("::error file={file},line=21,col=3,"))
+                && l.contains("cooldwn")
+        ),
         "{stdout}"
     );
 
