@@ -51,7 +51,8 @@ impl Env {
     /// Reads the process environment; an unknown `BOUNCER_*` variable is an error (see
     /// [`super::env_check`]).
     pub fn from_env() -> Result<Env, String> {
-        super::env_check::unknown(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()))?;
+        let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
+        super::env_check::unknown(names, &super::env_check::known(OWN_VARIABLES))?;
         envy::prefixed("BOUNCER_")
             .from_env::<Env>()
             .map_err(|e| match e {
@@ -305,6 +306,27 @@ mod tests {
             let err = Settings::merge(Flags::default(), env, false).unwrap_err();
             assert!(err.contains(want), "{err}");
         }
+    }
+
+    #[test]
+    fn every_field_of_env_is_a_known_variable() {
+        let known = super::super::env_check::known(OWN_VARIABLES);
+        assert!(OWN_VARIABLES.contains(&"dry_run") && OWN_VARIABLES.contains(&"kubeconfig"));
+        for name in OWN_VARIABLES {
+            assert!(
+                known.contains(&format!("BOUNCER_{}", name.to_uppercase())),
+                "{name}"
+            );
+        }
+        // BOUNCER_DRY_RUN is read: a typo of it is refused, the name itself is not.
+        let env: Env = envy::prefixed("BOUNCER_")
+            .from_iter([("BOUNCER_DRY_RUN".to_string(), "true".to_string())])
+            .unwrap();
+        assert!(
+            Settings::merge(Flags::default(), env, false)
+                .unwrap()
+                .dry_run
+        );
     }
 
     #[test]
