@@ -495,3 +495,50 @@ async fn kubeconfig_context_namespace_and_kubectl_targets_on_a_real_cluster() {
         "{other:?}"
     );
 }
+
+/// A stuck rollout is not silent until its timeout: every 30 s bouncer says what it waits for,
+/// with the time spent and the time left.
+#[tokio::test]
+async fn a_long_wait_says_what_it_waits_for_with_elapsed_and_remaining_time() {
+    use bouncer_testkit::{PodTemplateExt, TestNs, client, wait_pod_memory};
+    let client = client().await;
+    let ns = TestNs::new(&client, "cli-wait").await;
+    let n = ns.name();
+    let d = crate::harness::stuck_on_restart(&client, "slow", &[("app", "slow")])
+        .await
+        .with_memory("300Mi", "0");
+    crate::harness::deploy(&client, n, d).await;
+    for pod in crate::harness::pods(&client, n, "app=slow").await {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        wait_pod_memory(
+            &client,
+            n,
+            &name,
+            std::time::Duration::from_secs(120),
+            |m| m.is_some(),
+        )
+        .await
+        .expect("metrics-server reports the pod")
+        .expect("metrics present");
+    }
+    let extra =
+        "  triggers:\n    memory: {above: 256Mi}\n  cooldown: 1s\n  restart: {timeout: 40s}\n";
+    let policies = crate::harness::Policies::new(&[(
+        "p.yaml",
+        &crate::harness::policy("slow", n, "{app: slow}", extra),
+    )]);
+    let run = crate::harness::bouncer(&["run"], &policies, n).await;
+    assert_eq!(run.code, 1, "{}\n{:#}", run.stderr, run.report);
+    let ticks: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("still waiting for the rollout of deployment/"))
+        .collect();
+    assert_eq!(ticks.len(), 1, "{}", run.stderr);
+    assert!(
+        ticks[0].contains(&format!("deployment/{n}/slow: 30s elapsed, "))
+            && ticks[0].contains(" left before the timeout"),
+        "{}",
+        ticks[0]
+    );
+}
