@@ -20,6 +20,9 @@ ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
 
 FROM ${RUST_IMAGE} AS builder
 ARG TARGET=x86_64-unknown-linux-gnu
+# The build context has no .git: `bouncer version` shows this commit (and this date, when set).
+ARG BUILD_GIT_COMMIT=
+ARG SOURCE_DATE_EPOCH=
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

@@ -1,50 +1,120 @@
-//! Command line (clap) and settings: flags, else `BOUNCER_*` environment variables (envy), else defaults.
+//! Command line (clap): the commands, their flags grouped by topic, and the help text. Settings
+//! merge in [`settings`]; unknown `BOUNCER_*` variables are refused in [`env_check`].
+
+pub mod env_check;
+pub mod settings;
+pub mod target;
+pub mod validate;
+pub mod version;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 
+pub use settings::{DEFAULT_LEASE_NAMESPACE, Env, Settings};
+
 use crate::report::Format;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  ok (also: nothing due, another run holds the lock)
+  1  a bounce failed or the run halted; explain: workload not found
+  2  invalid input or settings (policies, flags, BOUNCER_* variables); nothing was changed
+  3  cluster unreachable or forbidden";
+
+const EXAMPLES: &str = "\
+Examples:
+  bouncer validate policies/                    check policy files offline
+  bouncer validate -o github policies/          errors as pull request annotations
+  bouncer plan -n shop -o markdown              what a run would do in namespace shop
+  bouncer run --dry-run --context staging       plan and report, change nothing
+  bouncer explain deploy/web -n shop            why deployment shop/web would (not) bounce
+  bouncer completion bash > /etc/bash_completion.d/bouncer";
 
 #[derive(Debug, Parser)]
 #[command(
     name = "bouncer",
     version,
-    about = "Bounces leaky Kubernetes workloads one at a time, the way kubectl rollout restart does, and proves it."
+    about = "Bounces leaky Kubernetes workloads one at a time, the way kubectl rollout restart does, and proves it.",
+    after_help = format!("{EXAMPLES}\n\n{EXIT_CODES}\n\nSettings: flags, else BOUNCER_* environment variables, else defaults; an unknown BOUNCER_* variable is an error."),
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
     #[command(flatten)]
-    pub flags: Flags,
+    pub log: LogFlags,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Check policy files offline (files or directories; many `---` documents per file).
+    #[command(after_help = format!("Examples:\n  bouncer validate policies/ extra.yaml\n  bouncer validate -o json policies/\n  bouncer validate -o github policies/   (GitHub Actions annotations on the policy lines)\n\n{EXIT_CODES}"))]
     Validate {
-        /// Files or directories; default: the configured policies path.
+        /// Files or directories [env: BOUNCER_POLICIES, comma-separated] [default: policies]
         paths: Vec<PathBuf>,
+        /// How to print the result: text, json, or github (workflow commands that annotate the
+        /// pull request's lines)
+        #[arg(long, short, value_enum, default_value_t = ValidateFormat::Text)]
+        output: ValidateFormat,
     },
     /// Read-only report of what a run would do and why.
-    Plan,
+    #[command(after_help = format!("Examples:\n  bouncer plan\n  bouncer plan -n shop -n web -o json\n\n{EXIT_CODES}"))]
+    Plan {
+        #[command(flatten)]
+        flags: Flags,
+    },
     /// Bounce what is due, one workload at a time (the CronJob entrypoint).
+    #[command(after_help = format!("Examples:\n  bouncer run --dry-run\n  bouncer run --policies /etc/bouncer/policies --log-format json\n\n{EXIT_CODES}"))]
     Run {
-        /// Plan and report, change nothing (also BOUNCER_DRY_RUN=true).
-        #[arg(long)]
+        /// Plan and report, change nothing [env: BOUNCER_DRY_RUN=true]
+        #[arg(long, help_heading = "Run")]
         dry_run: bool,
+        #[command(flatten)]
+        flags: Flags,
     },
     /// Why a workload would or would not be bounced now: every policy that selects it, each
-    /// trigger and gate with its numbers, and the decision (read-only; text, or JSON with -o json).
+    /// trigger and gate with its numbers, and the decision (read-only).
+    #[command(after_help = format!("Examples:\n  bouncer explain deploy/web -n shop\n  bouncer explain sts db -n shop -o json\n  bouncer explain deployment/shop/web        (KIND/NAMESPACE/NAME)\n\n{EXIT_CODES}"))]
     Explain {
-        /// KIND/NAMESPACE/NAME, kinds as kubectl spells them: deploy/toolhive-system/vmcp-main,
-        /// sts/NS/NAME, ds/NS/NAME, pod/NS/NAME.
-        target: String,
+        /// The workload as kubectl names it: KIND/NAME or KIND NAME with -n (the kubeconfig
+        /// context's namespace without it), or KIND/NAMESPACE/NAME. Kinds: deploy, deployment,
+        /// sts, statefulset, ds, daemonset, po, pod
+        #[arg(num_args = 1..=2, required = true, value_name = "TARGET")]
+        target: Vec<String>,
+        #[command(flatten)]
+        flags: Flags,
     },
     /// Print the JSON Schema of a policy document.
     Schema,
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Examples:\n  bouncer completion bash > /etc/bash_completion.d/bouncer\n  bouncer completion zsh > \"${fpath[1]}/_bouncer\"\n  bouncer completion fish > ~/.config/fish/completions/bouncer.fish"
+    )]
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the version, git commit, build date and the Kubernetes API version it was built against.
+    Version {
+        /// text or json
+        #[arg(long, short, value_enum, default_value_t = VersionFormat::Text)]
+        output: VersionFormat,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ValidateFormat {
+    Text,
+    Json,
+    Github,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum VersionFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ValueEnum)]
@@ -54,350 +124,186 @@ pub enum LogFormat {
     Json,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+}
+
+/// Logging, for every command.
 #[derive(Debug, Default, Args)]
-pub struct Flags {
-    /// Policy files or directories [env: BOUNCER_POLICIES, comma-separated] [default: policies]
-    #[arg(long, global = true, value_name = "PATH")]
-    pub policies: Vec<PathBuf>,
-    /// kubeconfig context [env: BOUNCER_CONTEXT] [default: current context, or in-cluster]
-    #[arg(long, global = true)]
-    pub context: Option<String>,
-    /// Only these namespaces (comma-separated) [env: BOUNCER_NAMESPACES] [default: all]
-    #[arg(long, global = true, value_delimiter = ',')]
-    pub namespaces: Vec<String>,
-    /// Most bounces per run, over all policies [env: BOUNCER_MAX_BOUNCES] [default: 10]
-    #[arg(long, global = true)]
-    pub max_bounces: Option<usize>,
-    /// Report format on stdout [env: BOUNCER_OUTPUT] [default: table]
-    #[arg(long, short, global = true)]
-    pub output: Option<Format>,
-    /// Also write the report to this file (format from its extension: .json, .md, else table) [env: BOUNCER_REPORT]
-    #[arg(long, global = true)]
-    pub report: Option<PathBuf>,
+#[command(next_help_heading = "Logging")]
+pub struct LogFlags {
+    /// More log detail: -v debug, -vv trace (bouncer's own logs)
+    #[arg(short, long, global = true, action = ArgAction::Count, conflicts_with = "log_level")]
+    pub verbose: u8,
+    /// Log level [default: info; BOUNCER_LOG takes a full tracing filter]
+    #[arg(long, global = true, value_enum)]
+    pub log_level: Option<LogLevel>,
     /// Log format on stderr [env: BOUNCER_LOG_FORMAT] [default: text]
     #[arg(long, global = true)]
     pub log_format: Option<LogFormat>,
-    /// Rollout timeout for policies that set none, e.g. 10m [env: BOUNCER_ROLLOUT_TIMEOUT] [default: 10m]
-    #[arg(long, global = true, value_parser = humantime::parse_duration)]
-    pub rollout_timeout: Option<Duration>,
+}
+
+impl LogFlags {
+    /// The tracing filter: flags, else BOUNCER_LOG (`from_env`), else info with the client
+    /// libraries at warn.
+    pub fn filter(&self, from_env: Option<String>) -> String {
+        let level = match (self.verbose, self.log_level) {
+            (_, Some(level)) => Some(level),
+            (0, None) => None,
+            (1, None) => Some(LogLevel::Debug),
+            (_, None) => Some(LogLevel::Trace),
+        };
+        let quiet = "kube=warn,tower=warn,hyper=warn";
+        match level {
+            None => from_env.unwrap_or_else(|| format!("info,{quiet}")),
+            Some(LogLevel::Error) => "error".into(),
+            Some(LogLevel::Warn) => "warn".into(),
+            Some(LogLevel::Info) => format!("info,{quiet}"),
+            Some(LogLevel::Debug) => format!("info,bouncer=debug,{quiet}"),
+            Some(LogLevel::Trace) => format!("info,bouncer=trace,{quiet}"),
+        }
+    }
+}
+
+/// The flags of the commands that read the cluster (plan, run, explain).
+#[derive(Debug, Default, Args)]
+pub struct Flags {
+    /// Path to the kubeconfig file [env: BOUNCER_KUBECONFIG] [default: KUBECONFIG, ~/.kube/config, or in-cluster]
+    #[arg(long, value_name = "FILE", help_heading = "Cluster")]
+    pub kubeconfig: Option<PathBuf>,
+    /// kubeconfig context [env: BOUNCER_CONTEXT] [default: current context, or in-cluster]
+    #[arg(long, help_heading = "Cluster")]
+    pub context: Option<String>,
+    /// Only this namespace (repeatable) [default: all]
+    #[arg(short = 'n', long, value_name = "NAMESPACE", help_heading = "Cluster")]
+    pub namespace: Vec<String>,
+    /// Only these namespaces (comma-separated) [env: BOUNCER_NAMESPACES] [default: all]
+    #[arg(long, value_delimiter = ',', help_heading = "Cluster")]
+    pub namespaces: Vec<String>,
     /// Namespace of the run lock (a Lease); the chart's CronJob sets its own [env: BOUNCER_LEASE_NAMESPACE] [default: bouncer]
-    #[arg(long, global = true)]
+    #[arg(long, help_heading = "Cluster")]
     pub lease_namespace: Option<String>,
     /// Name of the run lock Lease [env: BOUNCER_LEASE_NAME] [default: bouncer]
-    #[arg(long, global = true)]
+    #[arg(long, help_heading = "Cluster")]
     pub lease_name: Option<String>,
+    /// Policy files or directories [env: BOUNCER_POLICIES, comma-separated] [default: policies]
+    #[arg(long, value_name = "PATH", help_heading = "Policies")]
+    pub policies: Vec<PathBuf>,
+    /// Most bounces per run, over all policies [env: BOUNCER_MAX_BOUNCES] [default: 10]
+    #[arg(long, help_heading = "Policies")]
+    pub max_bounces: Option<usize>,
+    /// Rollout timeout for policies that set none, e.g. 10m [env: BOUNCER_ROLLOUT_TIMEOUT] [default: 10m]
+    #[arg(long, value_parser = humantime::parse_duration, help_heading = "Policies")]
+    pub rollout_timeout: Option<Duration>,
+    /// Report format on stdout [env: BOUNCER_OUTPUT] [default: table]
+    #[arg(long, short, help_heading = "Output")]
+    pub output: Option<Format>,
+    /// Also write the report to this file (format from its extension: .json, .yaml, .md, else table) [env: BOUNCER_REPORT]
+    #[arg(long, value_name = "FILE", help_heading = "Output")]
+    pub report: Option<PathBuf>,
     /// Prometheus for memory history (sustained, growth, predict) and blockWhen, e.g. http://prometheus.monitoring:9090 [env: BOUNCER_PROMETHEUS_URL] [default: none: those triggers are off, blockers block]
-    #[arg(long, global = true, value_name = "URL")]
+    #[arg(long, value_name = "URL", help_heading = "Prometheus")]
     pub prometheus_url: Option<String>,
     /// Bearer token for Prometheus, read from this file at each run [env: BOUNCER_PROMETHEUS_BEARER_TOKEN_FILE]
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Prometheus")]
     pub prometheus_bearer_token_file: Option<PathBuf>,
     /// PEM CA bundle for a Prometheus served over TLS [env: BOUNCER_PROMETHEUS_CA_FILE] [default: the system roots]
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Prometheus")]
     pub prometheus_ca_file: Option<PathBuf>,
     /// Per Prometheus query, e.g. 10s [env: BOUNCER_PROMETHEUS_TIMEOUT] [default: 10s]
-    #[arg(long, global = true, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = humantime::parse_duration, help_heading = "Prometheus")]
     pub prometheus_timeout: Option<Duration>,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Notifications")]
     pub notify: crate::notify::NotifyFlags,
-}
-
-/// `BOUNCER_*` environment variables, read once in `main`.
-#[derive(Debug, Default, Deserialize)]
-pub struct Env {
-    #[serde(default)]
-    pub policies: Option<Vec<PathBuf>>,
-    pub context: Option<String>,
-    #[serde(default)]
-    pub namespaces: Option<Vec<String>>,
-    pub max_bounces: Option<usize>,
-    pub output: Option<Format>,
-    pub report: Option<PathBuf>,
+    /// The global --log-format, set by the shell before the merge.
+    #[arg(skip)]
     pub log_format: Option<LogFormat>,
-    pub rollout_timeout: Option<String>,
-    pub lease_namespace: Option<String>,
-    pub lease_name: Option<String>,
-    pub dry_run: Option<bool>,
-    pub verify_settle: Option<String>,
-    pub prometheus_url: Option<String>,
-    pub prometheus_bearer_token_file: Option<PathBuf>,
-    pub prometheus_ca_file: Option<PathBuf>,
-    pub prometheus_timeout: Option<String>,
-    #[serde(flatten)]
-    pub notify: crate::notify::Env,
-}
-
-impl Env {
-    pub fn from_env() -> Result<Env, String> {
-        envy::prefixed("BOUNCER_")
-            .from_env::<Env>()
-            .map_err(|e| match e {
-                envy::Error::Custom(msg) => {
-                    format!("invalid BOUNCER_* environment variable: {msg}")
-                }
-                envy::Error::MissingValue(v) => format!("missing BOUNCER_{}", v.to_uppercase()),
-            })
-    }
-}
-
-/// Where the run lock lives unless set: a fixed namespace, the one the README installs the
-/// chart in, never the kubeconfig context's. A person's run from a laptop must take the same
-/// Lease as the CronJob, or both bounce at once and neither sees the other's bare-pod marks.
-pub const DEFAULT_LEASE_NAMESPACE: &str = "bouncer";
-
-/// Effective settings after flags, environment and defaults are merged.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    pub policies: Vec<PathBuf>,
-    pub context: Option<String>,
-    pub namespaces: Vec<String>,
-    pub max_bounces: usize,
-    pub output: Format,
-    pub report: Option<PathBuf>,
-    pub log_format: LogFormat,
-    pub rollout_timeout: Duration,
-    pub lease_namespace: String,
-    pub lease_name: String,
-    pub dry_run: bool,
-    pub verify_settle: Duration,
-    pub prometheus: Option<crate::cluster::prometheus::Settings>,
-    pub notify: crate::notify::Settings,
-}
-
-fn duration(var: &str, value: Option<String>, default: Duration) -> Result<Duration, String> {
-    match value {
-        None => Ok(default),
-        Some(v) => humantime::parse_duration(&v)
-            .map_err(|e| format!("{var}: {v:?} is not a duration (e.g. 10m): {e}")),
-    }
-}
-
-impl Settings {
-    pub fn merge(flags: Flags, env: Env, dry_run_flag: bool) -> Result<Settings, String> {
-        let non_empty = |v: Vec<String>| if v.is_empty() { None } else { Some(v) };
-        let prometheus = prometheus(&flags, &env)?;
-        let max_bounces = flags.max_bounces.or(env.max_bounces).unwrap_or(10);
-        if max_bounces == 0 {
-            return Err("--max-bounces / BOUNCER_MAX_BOUNCES: must be at least 1".into());
-        }
-        let rollout_timeout = match flags.rollout_timeout {
-            Some(d) => d,
-            None => duration(
-                "BOUNCER_ROLLOUT_TIMEOUT",
-                env.rollout_timeout,
-                Duration::from_secs(600),
-            )?,
-        };
-        if rollout_timeout.is_zero() {
-            return Err("--rollout-timeout / BOUNCER_ROLLOUT_TIMEOUT: must be positive".into());
-        }
-        Ok(Settings {
-            policies: if flags.policies.is_empty() {
-                env.policies
-                    .filter(|p| !p.is_empty())
-                    .unwrap_or_else(|| vec![PathBuf::from("policies")])
-            } else {
-                flags.policies
-            },
-            context: flags.context.or(env.context),
-            namespaces: non_empty(flags.namespaces)
-                .or(env.namespaces)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|n| n.trim().to_string())
-                .filter(|n| !n.is_empty())
-                .collect(),
-            max_bounces,
-            output: flags.output.or(env.output).unwrap_or(Format::Table),
-            report: flags.report.or(env.report),
-            log_format: flags
-                .log_format
-                .or(env.log_format)
-                .unwrap_or(LogFormat::Text),
-            rollout_timeout,
-            lease_namespace: flags
-                .lease_namespace
-                .or(env.lease_namespace)
-                .filter(|ns| !ns.trim().is_empty())
-                .unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.into()),
-            lease_name: flags
-                .lease_name
-                .or(env.lease_name)
-                .unwrap_or_else(|| "bouncer".into()),
-            dry_run: dry_run_flag || env.dry_run.unwrap_or(false),
-            verify_settle: duration(
-                "BOUNCER_VERIFY_SETTLE",
-                env.verify_settle,
-                Duration::from_secs(2),
-            )?,
-            prometheus,
-            notify: crate::notify::Settings::merge(flags.notify, env.notify)?,
-        })
-    }
-}
-
-fn prometheus(
-    flags: &Flags,
-    env: &Env,
-) -> Result<Option<crate::cluster::prometheus::Settings>, String> {
-    const NAME: &str = "--prometheus-url / BOUNCER_PROMETHEUS_URL";
-    let url = flags
-        .prometheus_url
-        .clone()
-        .or(env.prometheus_url.clone())
-        .filter(|u| !u.trim().is_empty());
-    let bearer_token_file = flags
-        .prometheus_bearer_token_file
-        .clone()
-        .or(env.prometheus_bearer_token_file.clone());
-    let ca_file = flags
-        .prometheus_ca_file
-        .clone()
-        .or(env.prometheus_ca_file.clone());
-    let timeout = match flags.prometheus_timeout {
-        Some(d) => d,
-        None => duration(
-            "BOUNCER_PROMETHEUS_TIMEOUT",
-            env.prometheus_timeout.clone(),
-            Duration::from_secs(10),
-        )?,
-    };
-    if timeout.is_zero() {
-        return Err("--prometheus-timeout / BOUNCER_PROMETHEUS_TIMEOUT: must be positive".into());
-    }
-    let Some(url) = url else {
-        if bearer_token_file.is_some() || ca_file.is_some() {
-            return Err(format!(
-                "{NAME}: needed with a Prometheus bearer token or CA file"
-            ));
-        }
-        return Ok(None);
-    };
-    let url = reqwest::Url::parse(url.trim())
-        .map_err(|e| format!("{NAME}: {url:?} is not a URL: {e}"))?;
-    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(format!("{NAME}: {url} must be an http:// or https:// URL"));
-    }
-    // Anyone on the path could read a token sent in clear and query Prometheus as bouncer.
-    if bearer_token_file.is_some() && url.scheme() != "https" {
-        return Err(format!(
-            "--prometheus-bearer-token-file / BOUNCER_PROMETHEUS_BEARER_TOKEN_FILE: a bearer \
-             token is sent only over https, but {NAME} is {url}"
-        ));
-    }
-    Ok(Some(crate::cluster::prometheus::Settings {
-        url,
-        bearer_token_file,
-        ca_file,
-        timeout,
-    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory;
 
-    #[test]
-    fn flags_win_over_env_and_env_over_defaults() {
-        let env = Env {
-            max_bounces: Some(3),
-            rollout_timeout: Some("2m".into()),
-            ..Default::default()
-        };
-        let s = Settings::merge(Flags::default(), env, false).unwrap();
-        assert_eq!(s.max_bounces, 3);
-        assert_eq!(s.rollout_timeout, Duration::from_secs(120));
-        assert_eq!(s.policies, vec![PathBuf::from("policies")]);
-        // Whatever the kubeconfig's context says: the CronJob and a person share one Lease.
-        assert_eq!(s.lease_namespace, DEFAULT_LEASE_NAMESPACE);
-        let env = Env {
-            lease_namespace: Some("ops".into()),
-            ..Default::default()
-        };
-        let s = Settings::merge(Flags::default(), env, false).unwrap();
-        assert_eq!(s.lease_namespace, "ops");
-        let flags = Flags {
-            max_bounces: Some(1),
-            ..Default::default()
-        };
-        let env = Env {
-            max_bounces: Some(3),
-            ..Default::default()
-        };
-        assert_eq!(Settings::merge(flags, env, false).unwrap().max_bounces, 1);
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from([&["bouncer"], args].concat())
     }
 
     #[test]
-    fn prometheus_settings() {
-        let none = Settings::merge(Flags::default(), Env::default(), false).unwrap();
-        assert_eq!(none.prometheus, None);
-        let env = Env {
-            prometheus_url: Some("http://prometheus.monitoring:9090/prom/".into()),
-            prometheus_timeout: Some("3s".into()),
-            prometheus_ca_file: Some("/ca.pem".into()),
-            ..Default::default()
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn namespaces_come_from_n_and_namespaces_together() {
+        let Command::Plan { flags } =
+            parse(&["plan", "-n", "a", "--namespace", "b", "--namespaces", "c,d"])
+                .unwrap()
+                .command
+        else {
+            panic!("plan");
         };
-        let s = Settings::merge(Flags::default(), env, false)
-            .unwrap()
-            .prometheus
-            .unwrap();
-        assert_eq!(s.url.as_str(), "http://prometheus.monitoring:9090/prom/");
-        assert_eq!(s.timeout, Duration::from_secs(3));
-        assert_eq!(s.ca_file, Some(PathBuf::from("/ca.pem")));
-        for (env, want) in [
-            (
-                Env {
-                    prometheus_url: Some("prometheus:9090".into()),
-                    ..Default::default()
-                },
-                "BOUNCER_PROMETHEUS_URL",
-            ),
-            (
-                Env {
-                    prometheus_bearer_token_file: Some("/token".into()),
-                    ..Default::default()
-                },
-                "needed with a Prometheus bearer token",
-            ),
-            (
-                Env {
-                    prometheus_url: Some("http://prometheus.monitoring:9090".into()),
-                    prometheus_bearer_token_file: Some("/token".into()),
-                    ..Default::default()
-                },
-                "BOUNCER_PROMETHEUS_BEARER_TOKEN_FILE: a bearer token is sent only over https, \
-                 but --prometheus-url / BOUNCER_PROMETHEUS_URL is http://prometheus.monitoring:9090/",
-            ),
-            (
-                Env {
-                    prometheus_url: Some("http://p:9090".into()),
-                    prometheus_timeout: Some("soon".into()),
-                    ..Default::default()
-                },
-                "BOUNCER_PROMETHEUS_TIMEOUT",
-            ),
-        ] {
-            let err = Settings::merge(Flags::default(), env, false).unwrap_err();
-            assert!(err.contains(want), "{err}");
+        let s = Settings::merge(flags, Env::default(), false).unwrap();
+        assert_eq!(s.namespaces, ["a", "b", "c", "d"]);
+    }
+
+    #[test]
+    fn cluster_flags_only_where_a_cluster_is_read() {
+        for cmd in ["validate", "schema", "version"] {
+            for flag in ["--context", "--kubeconfig", "--namespace", "--policies"] {
+                let err = parse(&[cmd, flag, "x"]).unwrap_err();
+                assert_eq!(
+                    err.kind(),
+                    clap::error::ErrorKind::UnknownArgument,
+                    "{cmd} {flag}"
+                );
+            }
         }
+        for cmd in [&["plan"][..], &["run"], &["explain", "deploy/web"]] {
+            let args = [cmd, &["--context", "c", "--kubeconfig", "k", "-o", "yaml"]].concat();
+            parse(&args).unwrap();
+        }
+        // Logging is everywhere.
+        parse(&["validate", "-vv"]).unwrap();
+        parse(&["schema", "--log-format", "json"]).unwrap();
     }
 
     #[test]
-    fn bad_settings_name_the_variable() {
-        let env = Env {
-            rollout_timeout: Some("soon".into()),
-            ..Default::default()
-        };
-        let err = Settings::merge(Flags::default(), env, false).unwrap_err();
-        assert!(err.contains("BOUNCER_ROLLOUT_TIMEOUT"), "{err}");
-        let env = Env {
-            max_bounces: Some(0),
-            ..Default::default()
-        };
-        assert!(
-            Settings::merge(Flags::default(), env, false)
-                .unwrap_err()
-                .contains("BOUNCER_MAX_BOUNCES")
+    fn log_filters() {
+        let flags = |args: &[&str]| parse(&[&["schema"], args].concat()).unwrap().log;
+        let quiet = "kube=warn,tower=warn,hyper=warn";
+        assert_eq!(flags(&[]).filter(None), format!("info,{quiet}"));
+        assert_eq!(flags(&[]).filter(Some("debug".into())), "debug");
+        assert_eq!(
+            flags(&["-v"]).filter(Some("warn".into())),
+            format!("info,bouncer=debug,{quiet}")
         );
+        assert_eq!(
+            flags(&["-vv"]).filter(None),
+            format!("info,bouncer=trace,{quiet}")
+        );
+        assert_eq!(flags(&["--log-level", "error"]).filter(None), "error");
+        assert!(parse(&["schema", "-v", "--log-level", "info"]).is_err());
+    }
+
+    #[test]
+    fn explain_takes_kubectl_forms() {
+        for args in [
+            &["explain", "deploy/web", "-n", "shop"][..],
+            &["explain", "deploy", "web", "-n", "shop"],
+            &["explain", "deploy/shop/web"],
+        ] {
+            let Command::Explain { target, .. } = parse(args).unwrap().command else {
+                panic!("explain");
+            };
+            assert!(!target.is_empty());
+        }
+        assert!(parse(&["explain"]).is_err());
+        assert!(parse(&["explain", "a", "b", "c"]).is_err());
     }
 }

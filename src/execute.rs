@@ -26,6 +26,7 @@ use crate::core::outcome::{Failure, FailureCode, Outcome};
 use crate::core::plan::Plan;
 use crate::core::policy::Policy;
 use crate::core::queue::Queue;
+use crate::progress;
 
 fn wait_failure(e: WaitError) -> Failure {
     let code = match e {
@@ -347,16 +348,16 @@ impl Kube<'_> {
                 from,
                 deadline,
                 timeout,
-            } => Observation::RolledOut(
-                rollout::wait(
-                    &self.client,
-                    target,
-                    (self.instant(*deadline), *timeout),
-                    from.as_deref(),
+            } => {
+                let until = self.instant(*deadline);
+                let wait = rollout::wait(&self.client, target, (until, *timeout), from.as_deref());
+                let what = format!("the rollout of {target}");
+                Observation::RolledOut(
+                    progress::logged(wait, &what, until)
+                        .await
+                        .map_err(wait_failure),
                 )
-                .await
-                .map_err(wait_failure),
-            ),
+            }
             Stage::OperatorActed {
                 target,
                 server,
@@ -366,15 +367,17 @@ impl Kube<'_> {
                 timeout,
             } => {
                 let by = format!("MCPServer {}/{}", target.namespace, server.name);
+                let until = self.instant(*deadline);
                 let acted = rollout::wait_rolled(
                     &self.client,
                     target,
-                    (self.instant(*deadline), *timeout),
+                    (until, *timeout),
                     from.as_deref().unwrap_or_default(),
                     &by,
                     |w| w.toolhive.restarted_at.is_some() && w.toolhive.restarted_at != *before,
-                )
-                .await;
+                );
+                let what = format!("the operator of {by} to restart {target}");
+                let acted = progress::logged(acted, &what, until).await;
                 Observation::OperatorActed(
                     acted
                         .map(|(w, version)| (w.toolhive.restarted_at.unwrap_or_default(), version))
@@ -393,17 +396,23 @@ impl Kube<'_> {
                     Kind::Pod => Replacement::Named,
                     _ => Replacement::Owned { owners, selector },
                 };
+                let until = self.instant(*deadline);
+                let replaced = evict::wait_replaced(
+                    &self.client,
+                    &target.namespace,
+                    (&pod.name, &pod.uid),
+                    replacement,
+                    *want,
+                    until,
+                );
+                let what = format!(
+                    "a replacement of evicted pod {}/{} ({want} ready pods of {target})",
+                    target.namespace, pod.name
+                );
                 Observation::Replaced(
-                    evict::wait_replaced(
-                        &self.client,
-                        &target.namespace,
-                        (&pod.name, &pod.uid),
-                        replacement,
-                        *want,
-                        self.instant(*deadline),
-                    )
-                    .await
-                    .map_err(evict_failure),
+                    progress::logged(replaced, &what, until)
+                        .await
+                        .map_err(evict_failure),
                 )
             }
         }

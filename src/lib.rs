@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod core;
 pub mod execute;
 pub mod notify;
+pub mod progress;
 pub mod report;
 
 use std::path::Path;
@@ -44,8 +45,8 @@ fn clock() -> DateTime<Utc> {
     Utc::now()
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("BOUNCER_LOG").unwrap_or_else(|_| {
+fn init_logging(format: LogFormat, filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new("info,kube=warn,tower=warn,hyper=warn")
     });
     let builder = tracing_subscriber::fmt()
@@ -57,18 +58,47 @@ fn init_logging(format: LogFormat) {
     };
 }
 
-/// Runs one command. `host` names this run in the lock (the pod name in a cluster).
-pub async fn main(cli: Cli, env: Env, host: String) -> ExitStatus {
-    let dry_run_flag = matches!(cli.command, Command::Run { dry_run: true });
-    let settings = match Settings::merge(cli.flags, env, dry_run_flag) {
+/// Runs one command. `host` names this run in the lock (the pod name in a cluster);
+/// `log_filter` is BOUNCER_LOG as read in `main`.
+pub async fn main(cli: Cli, env: Env, host: String, log_filter: Option<String>) -> ExitStatus {
+    let filter = cli.log.filter(log_filter);
+    let log_format = cli.log.log_format.or(env.log_format);
+    let (flags, mode, target) = match cli.command {
+        Command::Plan { flags } => (flags, Mode::Plan, None),
+        Command::Run { dry_run, flags } => {
+            let mode = if dry_run { Mode::DryRun } else { Mode::Run };
+            (flags, mode, None)
+        }
+        Command::Explain { flags, target } => (flags, Mode::Plan, Some(target)),
+        offline => {
+            init_logging(log_format.unwrap_or(LogFormat::Text), &filter);
+            return offline_command(offline, env);
+        }
+    };
+    let dry_run_flag = mode == Mode::DryRun;
+    let flags = cli::Flags {
+        log_format: cli.log.log_format,
+        ..flags
+    };
+    let settings = match Settings::merge(flags, env, dry_run_flag) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("bouncer: {e}");
             return ExitStatus::Invalid;
         }
     };
-    init_logging(settings.log_format);
-    match cli.command {
+    init_logging(settings.log_format, &filter);
+    match (target, mode) {
+        (Some(target), _) => explain(&settings, &target).await,
+        // BOUNCER_DRY_RUN=true makes a run a dry run too.
+        (None, Mode::Run) if settings.dry_run => plan_and_run(&settings, Mode::DryRun, &host).await,
+        (None, mode) => plan_and_run(&settings, mode, &host).await,
+    }
+}
+
+/// The commands that never talk to a cluster.
+fn offline_command(command: Command, env: Env) -> ExitStatus {
+    match command {
         Command::Schema => {
             println!(
                 "{}",
@@ -76,46 +106,59 @@ pub async fn main(cli: Cli, env: Env, host: String) -> ExitStatus {
             );
             ExitStatus::Ok
         }
-        Command::Validate { paths } => {
+        Command::Completion { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "bouncer", &mut std::io::stdout());
+            ExitStatus::Ok
+        }
+        Command::Version { output } => {
+            let v = cli::version::VERSION;
+            match output {
+                cli::VersionFormat::Text => print!("{v}"),
+                cli::VersionFormat::Json => {
+                    println!("{}", serde_json::to_string_pretty(&v).expect("JSON"))
+                }
+            }
+            ExitStatus::Ok
+        }
+        Command::Validate { paths, output } => {
             let paths = if paths.is_empty() {
-                settings.policies.clone()
+                env.policies
+                    .filter(|p| !p.is_empty())
+                    .unwrap_or_else(|| vec![std::path::PathBuf::from("policies")])
             } else {
                 paths
             };
-            match policy::load_paths(&paths) {
-                Ok(policies) => {
-                    let names: Vec<&str> = policies.iter().map(|p| p.name.as_str()).collect();
-                    println!("{} valid policies: {}", policies.len(), names.join(", "));
-                    ExitStatus::Ok
-                }
-                Err(e) => {
-                    eprintln!("bouncer: invalid policies:\n{e}");
-                    ExitStatus::Invalid
-                }
+            let result = policy::load_paths(&paths)
+                .map(|ps| ps.into_iter().map(|p| p.name).collect::<Vec<_>>());
+            let text = cli::validate::render(&result, output, |f| std::fs::read_to_string(f).ok());
+            // Errors as text go to stderr, as every other error; JSON and annotations are the
+            // output a CI step reads, on stdout.
+            if result.is_err() && output == cli::ValidateFormat::Text {
+                eprint!("{text}");
+            } else {
+                print!("{text}");
+            }
+            if result.is_ok() {
+                ExitStatus::Ok
+            } else {
+                ExitStatus::Invalid
             }
         }
-        Command::Plan => plan_and_run(&settings, Mode::Plan, &host).await,
-        Command::Explain { target } => explain(&settings, &target).await,
-        Command::Run { .. } => {
-            let mode = if settings.dry_run {
-                Mode::DryRun
-            } else {
-                Mode::Run
-            };
-            plan_and_run(&settings, mode, &host).await
+        Command::Plan { .. } | Command::Run { .. } | Command::Explain { .. } => {
+            unreachable!("cluster commands are run by main")
         }
     }
 }
 
 /// `bouncer explain`: the plan's snapshot and planner, no Lease, no writes.
-async fn explain(settings: &Settings, target: &str) -> ExitStatus {
-    let target = match explainer::parse_target(target) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("bouncer: explain: {e}");
-            return ExitStatus::Invalid;
-        }
-    };
+async fn explain(settings: &Settings, words: &[String]) -> ExitStatus {
+    // A malformed target is refused before any cluster call; its namespace may need the
+    // kubeconfig's, so it is resolved again once connected.
+    if let Err(e) = cli::target::resolve(words, &settings.namespaces, "default") {
+        eprintln!("bouncer: explain: {e}");
+        return ExitStatus::Invalid;
+    }
     let policies = match policy::load_paths(&settings.policies) {
         Ok(p) => p,
         Err(e) => {
@@ -123,11 +166,20 @@ async fn explain(settings: &Settings, target: &str) -> ExitStatus {
             return ExitStatus::Invalid;
         }
     };
-    let clients = match cluster::connect(settings.context.as_deref()).await {
-        Ok(c) => c,
+    let clients =
+        match cluster::connect(settings.kubeconfig.as_deref(), settings.context.as_deref()).await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("bouncer: {e}");
+                return ExitStatus::Cluster;
+            }
+        };
+    let current = clients.api.default_namespace().to_string();
+    let target = match cli::target::resolve(words, &settings.namespaces, &current) {
+        Ok(t) => t,
         Err(e) => {
-            eprintln!("bouncer: {e}");
-            return ExitStatus::Cluster;
+            eprintln!("bouncer: explain: {e}");
+            return ExitStatus::Invalid;
         }
     };
     let lease_ns = settings.lease_namespace.clone();
@@ -157,6 +209,10 @@ async fn explain(settings: &Settings, target: &str) -> ExitStatus {
             "{}",
             serde_json::to_string_pretty(&explanation).expect("explanation serializes")
         ),
+        Format::Yaml => print!(
+            "{}",
+            serde_yaml_ng::to_string(&explanation).expect("explanation serializes")
+        ),
         Format::Table | Format::Markdown => print!("{}", explainer::text(&explanation)),
     }
     ExitStatus::Ok
@@ -175,10 +231,11 @@ async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus
         eprintln!("bouncer: {e}");
         ExitStatus::Cluster
     };
-    let clients = match cluster::connect(settings.context.as_deref()).await {
-        Ok(c) => c,
-        Err(e) => return cluster_failed(e),
-    };
+    let clients =
+        match cluster::connect(settings.kubeconfig.as_deref(), settings.context.as_deref()).await {
+            Ok(c) => c,
+            Err(e) => return cluster_failed(e),
+        };
     let (client, metrics) = (clients.api, clients.metrics);
     let (stop_tx, stop_rx) = watch::channel(None);
     let signals = tokio::spawn(stop_on_signal(stop_tx.clone()));
@@ -378,6 +435,7 @@ async fn run_locked(
 fn format_for(path: &Path) -> Format {
     match path.extension().and_then(|e| e.to_str()) {
         Some("json") => Format::Json,
+        Some("yaml" | "yml") => Format::Yaml,
         Some("md" | "markdown") => Format::Markdown,
         _ => Format::Table,
     }

@@ -21,7 +21,10 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime starts");
-    runtime.block_on(bouncer::main(cli, env, host)).into()
+    let log_filter = std::env::var("BOUNCER_LOG").ok();
+    runtime
+        .block_on(bouncer::main(cli, env, host, log_filter))
+        .into()
 }
 
 /// glibc raises its mmap threshold to the size of each large block freed, up to 32 MiB, so after

@@ -25,6 +25,7 @@ pub enum Mode {
 pub enum Format {
     Table,
     Json,
+    Yaml,
     Markdown,
 }
 
@@ -412,7 +413,13 @@ pub fn write(
         Format::Table => w.write_all(table(r).as_bytes()),
         Format::Markdown => w.write_all(markdown(r).as_bytes()),
         Format::Json => json_line(w, r, one_line),
+        Format::Yaml => yaml(w, r),
     }
+}
+
+/// One YAML document (the JSON report's fields).
+pub fn yaml(w: &mut impl std::io::Write, value: &impl Serialize) -> std::io::Result<()> {
+    serde_yaml_ng::to_writer(w, value).map_err(std::io::Error::other)
 }
 
 /// One JSON document and a newline.

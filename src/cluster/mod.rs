@@ -34,19 +34,30 @@ pub struct Clients {
     pub metrics: Client,
 }
 
-/// Connects from the kubeconfig `context` (None: the in-cluster config, else the current one).
-pub async fn connect(context: Option<&str>) -> Result<Clients, ClusterError> {
+/// Connects from the kubeconfig file `kubeconfig` (None: KUBECONFIG or ~/.kube/config) and its
+/// `context` (None: the current one); with neither, as kubectl: a kubeconfig, else in-cluster.
+pub async fn connect(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+) -> Result<Clients, ClusterError> {
     let options = kube::config::KubeConfigOptions {
         context: context.map(str::to_string),
         ..Default::default()
     };
-    let mut config = match context {
-        Some(_) => kube::Config::from_kubeconfig(&options)
+    let config_error = |e: &dyn std::fmt::Display| ClusterError::Config(e.to_string());
+    let mut config = match (kubeconfig, context) {
+        (Some(path), _) => {
+            let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {
+                ClusterError::Config(format!("cannot read kubeconfig {}: {e}", path.display()))
+            })?;
+            kube::Config::from_custom_kubeconfig(file, &options)
+                .await
+                .map_err(|e| config_error(&e))?
+        }
+        (None, Some(_)) => kube::Config::from_kubeconfig(&options)
             .await
-            .map_err(|e| ClusterError::Config(e.to_string()))?,
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| ClusterError::Config(e.to_string()))?,
+            .map_err(|e| config_error(&e))?,
+        (None, None) => kube::Config::infer().await.map_err(|e| config_error(&e))?,
     };
     config.headers.push((
         http::header::USER_AGENT,

@@ -431,11 +431,14 @@ pub fn write(
     let Some(line) = summary_line(deliveries) else {
         return crate::report::write(w, report, format, one_line);
     };
-    if format == Format::Json {
+    if matches!(format, Format::Json | Format::Yaml) {
         let with = WithNotifications {
             report,
             notifications: deliveries,
         };
+        if format == Format::Yaml {
+            return crate::report::yaml(w, &with);
+        }
         return crate::report::json_line(w, &with, one_line);
     }
     crate::report::write(w, report, format, one_line)?;
