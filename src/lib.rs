@@ -22,7 +22,7 @@ use crate::cli::{Cli, Command, Env, LogFormat, Settings};
 use crate::cluster::error::ClusterError;
 use crate::cluster::lock::{self, Stop};
 use crate::cluster::snapshot;
-use crate::core::{explain as explainer, mark, model, plan, policy};
+use crate::core::{explain as explainer, gitops, mark, model, plan, policy};
 use crate::report::{Format, Mode};
 
 /// Exit codes: 0 ok (also "nothing due" and "lock held"), 1 a bounce failed or the run halted,
@@ -197,13 +197,19 @@ async fn explain(settings: &Settings, words: &[String]) -> ExitStatus {
         max_bounces: settings.max_bounces,
     };
     let plan = plan::plan_with(&policies, &inventory, &prometheus, now, &limits);
-    let Some(explanation) = explainer::explain(&target, &policies, &inventory, &prometheus, &plan)
+    let Some(mut explanation) =
+        explainer::explain(&target, &policies, &inventory, &prometheus, &plan)
     else {
         eprintln!(
             "bouncer: explain: {target} not found (no such workload in the namespaces bouncer reads, or no pod of it is running)"
         );
         return ExitStatus::Failed;
     };
+    // Only context: a workload that cannot be read again is explained without it.
+    match cluster::gitops::facts(&clients.api, &target).await {
+        Ok(facts) => explanation.gitops = gitops::assess(&facts),
+        Err(e) => eprintln!("bouncer: explain: GitOps check of {target} skipped: {e}"),
+    }
     match settings.output {
         Format::Json => println!(
             "{}",

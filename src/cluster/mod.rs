@@ -6,6 +6,7 @@ pub mod convert;
 pub mod error;
 pub mod events;
 pub mod evict;
+pub mod gitops;
 pub mod kinds;
 pub mod list;
 pub mod lock;

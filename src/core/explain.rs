@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::core::gates::{identity_gates, preflight, since_restart};
+use crate::core::gitops::GitOps;
 use crate::core::group;
 use crate::core::history::Prometheus;
 use crate::core::literals::rfc3339;
@@ -62,6 +63,10 @@ pub struct Explanation {
     pub policies: Vec<PolicyExplanation>,
     /// What a run now would do with it, over all policies.
     pub decision: String,
+    /// The GitOps controller that manages it and whether a restart will hold
+    /// ([`gitops::assess`](crate::core::gitops::assess)); None when none does or it was not read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gitops: Option<GitOps>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -131,6 +136,7 @@ pub fn explain(
         policies_loaded: policies.len(),
         policies: explained,
         decision,
+        gitops: None,
     })
 }
 
@@ -392,6 +398,13 @@ pub fn text(e: &Explanation) -> String {
             "decision",
             format!("{}{code}", p.decision),
             p.reason
+        ));
+    }
+    if let Some(g) = &e.gitops {
+        let verdict = if g.restart_holds { "holds" } else { "UNDONE" };
+        out.push_str(&format!(
+            "\ngitops: managed by {}; a restart {verdict}: {}\n",
+            g.controller, g.detail
         ));
     }
     out.push_str(&format!("\ndecision: {}\n", e.decision));

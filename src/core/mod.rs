@@ -8,6 +8,7 @@ pub mod breaker;
 pub mod disruption;
 pub mod explain;
 pub mod gates;
+pub mod gitops;
 pub mod group;
 pub mod history;
 pub mod literals;

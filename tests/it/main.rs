@@ -6,6 +6,7 @@ mod breaker;
 mod cli;
 mod explain;
 mod faults;
+mod flux;
 mod ground;
 mod harness;
 mod machine;

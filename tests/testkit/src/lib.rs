@@ -16,6 +16,9 @@
 //! - [`toolhive`]: the real ToolHive operator (pinned releases, one process per test namespace)
 //!   and the resources it reconciles: the operator that reverts restartedAt (v0.44.0) and the
 //!   one that keeps it (v0.45.0).
+//! - [`flux`]: the real Flux controllers (source-controller and kustomize-controller, pinned),
+//!   one pair per test, applying from a Git repository served on loopback by git's smart HTTP
+//!   ([`git`]).
 //! - [`monitoring`]: what a run notifies at its end, received for real: [`Receiver`] (an HTTP
 //!   server recording webhook requests, answering 200, 500 or never), and Debian's
 //!   [`Pushgateway`] and [`Prometheus`], one per test on free loopback ports, killed with it.
@@ -51,6 +54,8 @@
 
 pub mod cluster;
 pub mod fixtures;
+pub mod flux;
+pub mod git;
 pub mod metrics;
 pub mod monitoring;
 pub mod rollout;
@@ -59,6 +64,7 @@ pub mod workloads;
 
 pub use cluster::{Cluster, TestNs, client, cluster, kubectl, repo_root};
 pub use fixtures::BarePodApp;
+pub use flux::{FLUX_MANAGER, FLUX_VERSION, Flux, Reconciled};
 pub use metrics::{PodMemory, model_usage, parse_quantity, pod_memory, wait_pod_memory};
 pub use monitoring::{Answer, Prometheus, Pushgateway, Received, Receiver, Sample};
 pub use rollout::{

@@ -1,0 +1,453 @@
+//! The real Flux controllers (source-controller and kustomize-controller, see
+//! `bouncer_testkit::flux`) applying a Deployment from a Git repository served on loopback, and
+//! bouncer restarting it: whether the restart survives Flux's reconciles, what Flux does to
+//! `kubectl rollout restart`, a Git manifest that pins the restart annotation itself, and a
+//! suspended or pruning Kustomization.
+//!
+//! Each test prints the reconcile timings and the field managers of the Deployment before and
+//! after each reconcile (`cargo test -- --nocapture`).
+
+use std::time::Duration;
+
+use bouncer_testkit::{
+    FLUX_MANAGER, FLUX_VERSION, Flux, Kind, PodTemplateExt as _, RESTARTED_AT, TestNs, client,
+    kubectl, wait_pod_memory, wait_pods_ready, wait_rollout_complete,
+};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use kube::api::ListParams;
+use kube::{Api, Client};
+
+use crate::harness::{
+    Bounced, Policies, audit_mark, bouncer, bouncer_env, bouncer_events, deployment, pod_uids,
+    pods, policy, restarted_at_of,
+};
+use crate::revert::{assert_one_at_a_time, evictions};
+
+const READY: Duration = Duration::from_secs(180);
+const APP: &str = "web";
+const PODS: &str = "app=web";
+const MEMORY_POLICY: &str = "  triggers:\n    memory: {above: 256Mi}\n  cooldown: 1s\n";
+/// A value some teams pin in Git to force a rollout on their own terms.
+const PINNED: &str = "2026-01-01T00:00:00Z";
+
+/// The Deployment as Git holds it: two pods using 300Mi each (over the policies' 256Mi), with
+/// `pod_annotations` in the template. JSON is YAML, which kustomize reads.
+fn manifest(pod_annotations: &[(&str, &str)]) -> String {
+    let mut d = bouncer_testkit::deployment(APP, 2, &[("app", APP)]).with_memory("300Mi", "0");
+    let annotations = d
+        .spec
+        .as_mut()
+        .and_then(|s| s.template.metadata.as_mut())
+        .and_then(|m| m.annotations.as_mut())
+        .expect("template annotations");
+    for (k, v) in pod_annotations {
+        annotations.insert(k.to_string(), v.to_string());
+    }
+    serde_json::to_string_pretty(&d).expect("deployment serializes")
+}
+
+/// Flux for `ns` applying `web.yaml` (and `others`) at `interval`, the rollout done and the
+/// pods' memory over the threshold as metrics-server reports it.
+async fn flux_with_web(
+    client: &Client,
+    ns: &str,
+    web: &str,
+    others: &[(&str, &str)],
+    interval: &str,
+) -> Flux {
+    let mut files = vec![("web.yaml", web)];
+    files.extend_from_slice(others);
+    let flux = Flux::start(client, ns, &files, interval)
+        .await
+        .unwrap_or_else(|e| panic!("Flux {FLUX_VERSION}: {e:#}"));
+    wait_rollout_complete(client, Kind::Deployment, ns, APP, READY)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", flux.logs()));
+    let ready = wait_pods_ready(client, ns, PODS, 2, READY).await.unwrap();
+    for p in &ready {
+        let name = p.metadata.name.as_deref().unwrap();
+        wait_pod_memory(client, ns, name, READY, |m| {
+            m.is_some_and(|m| m.bytes > 256 << 20)
+        })
+        .await
+        .expect("memory over the threshold")
+        .expect("metrics present");
+    }
+    flux
+}
+
+/// The Deployment's field managers: `manager/operation`, `*` marking those that own the pod
+/// template's restartedAt.
+async fn managers(client: &Client, ns: &str) -> Vec<String> {
+    let d = deployment(client, ns, APP).await;
+    let key = format!(
+        "/f:spec/f:template/f:metadata/f:annotations/f:{}",
+        RESTARTED_AT.replace('/', "~1")
+    );
+    d.metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .map(|e| {
+            let owns = e
+                .fields_v1
+                .as_ref()
+                .and_then(|f| f.0.pointer(&key))
+                .is_some();
+            format!(
+                "{}/{}{}",
+                e.manager.as_deref().unwrap_or("?"),
+                e.operation.as_deref().unwrap_or("?"),
+                if owns { "*" } else { "" }
+            )
+        })
+        .collect()
+}
+
+/// Managers that own the template's restartedAt (the `*` entries), names only.
+fn owners_of_restarted_at(managers: &[String]) -> Vec<String> {
+    managers
+        .iter()
+        .filter_map(|m| m.strip_suffix('*'))
+        .map(|m| m.split('/').next().unwrap_or(m).to_string())
+        .collect()
+}
+
+async fn replica_sets(client: &Client, ns: &str) -> usize {
+    Api::<ReplicaSet>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(PODS))
+        .await
+        .expect("list replicasets")
+        .items
+        .len()
+}
+
+fn generation(d: &Deployment) -> i64 {
+    d.metadata.generation.unwrap_or_default()
+}
+
+/// `bouncer explain` of the Deployment: its `gitops` verdict, printed as the text form shows it.
+async fn explained_gitops(policies: &Policies, ns: &str) -> serde_json::Value {
+    let target = format!("deploy/{ns}/{APP}");
+    let out = bouncer(&["explain", &target], policies, ns).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let gitops = out.report["gitops"].clone();
+    eprintln!("flux {FLUX_VERSION}: explain {target}: gitops {gitops}");
+    gitops
+}
+
+fn report(run: &Bounced, flux: &Flux) -> String {
+    format!(
+        "stderr: {}\nreport: {:#}\n{}",
+        run.stderr,
+        run.report,
+        flux.logs()
+    )
+}
+
+/// Flux applies the Deployment from Git; bouncer's restart is verified and stays: three
+/// reconciles later the annotation holds bouncer's value, kustomize-controller never owned it,
+/// and no second rollout happened.
+#[tokio::test]
+async fn flux_keeps_bouncers_restart_through_reconciles() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "flux-keep").await;
+    let n = ns.name();
+    // A long interval: only the reconciles the test requests happen.
+    let mut flux = flux_with_web(&client, n, &manifest(&[]), &[], "1h").await;
+    eprintln!(
+        "flux {FLUX_VERSION}: managers after Flux's first apply: {:?}",
+        managers(&client, n).await
+    );
+    let policies = Policies::new(&[("p.yaml", &policy("web", n, "{app: web}", MEMORY_POLICY))]);
+    let gitops = explained_gitops(&policies, n).await;
+    assert_eq!(gitops["controller"], "Flux");
+    assert_eq!(
+        gitops["source"],
+        format!("{n}/app"),
+        "from kustomize-controller's labels"
+    );
+    assert_eq!(gitops["restartHolds"], true);
+
+    let run = bouncer(&["run"], &policies, n).await;
+    assert_eq!(run.code, 0, "{}", report(&run, &flux));
+    assert_eq!(run.bounced(), [APP], "{}", report(&run, &flux));
+    let row = run.row(APP);
+    assert!(
+        row["verification"]
+            .as_str()
+            .unwrap()
+            .starts_with("restartedAt intact"),
+        "{row:#}"
+    );
+    let ours = row["patchedAt"].as_str().unwrap().to_string();
+    let bounced = deployment(&client, n, APP).await;
+    let uids = pod_uids(&client, n, PODS).await;
+    let sets = replica_sets(&client, n).await;
+    let mut seen = managers(&client, n).await;
+    assert_eq!(owners_of_restarted_at(&seen), ["bouncer"], "{seen:?}");
+
+    for i in 1..=3 {
+        let done = flux
+            .reconcile(&client)
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        let after = managers(&client, n).await;
+        eprintln!(
+            "flux {FLUX_VERSION}: reconcile {i} of a bounced Deployment took {} ms (revision {}); managers {seen:?} -> {after:?}",
+            done.took.as_millis(),
+            done.revision
+        );
+        assert_eq!(
+            restarted_at_of(&client, n, APP).await.as_deref(),
+            Some(ours.as_str()),
+            "reconcile {i} kept bouncer's restart"
+        );
+        assert_eq!(owners_of_restarted_at(&after), ["bouncer"], "{after:?}");
+        seen = after;
+    }
+    let now = deployment(&client, n, APP).await;
+    assert_eq!(generation(&now), generation(&bounced), "no second rollout");
+    assert_eq!(replica_sets(&client, n).await, sets, "no new ReplicaSet");
+    assert_eq!(
+        pod_uids(&client, n, PODS).await,
+        uids,
+        "the bounced pods stay"
+    );
+    assert!(
+        bouncer_events(&client, n, APP, "BounceReverted")
+            .await
+            .is_empty()
+    );
+    assert!(flux.is_running(), "Flux survived");
+}
+
+/// `kubectl rollout restart` writes the same annotation as field manager `kubectl-rollout`,
+/// which kustomize-controller takes over (it matches `kubectl` by prefix): one reconcile undoes
+/// it, and the pods roll back to the template Git holds.
+#[tokio::test]
+async fn flux_undoes_kubectl_rollout_restart() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "flux-kubectl").await;
+    let n = ns.name();
+    let flux = flux_with_web(&client, n, &manifest(&[]), &[], "1h").await;
+    let out = kubectl()
+        .args(["-n", n, "rollout", "restart", &format!("deployment/{APP}")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_rollout_complete(&client, Kind::Deployment, n, APP, READY)
+        .await
+        .unwrap();
+    let before = managers(&client, n).await;
+    assert_eq!(
+        owners_of_restarted_at(&before),
+        ["kubectl-rollout"],
+        "{before:?}"
+    );
+    assert!(restarted_at_of(&client, n, APP).await.is_some());
+
+    let done = flux
+        .reconcile(&client)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let after = managers(&client, n).await;
+    eprintln!(
+        "flux {FLUX_VERSION}: reconcile after kubectl rollout restart took {} ms; managers {before:?} -> {after:?}",
+        done.took.as_millis()
+    );
+    assert_eq!(
+        restarted_at_of(&client, n, APP).await,
+        None,
+        "Flux removed kubectl's restart"
+    );
+    assert!(
+        !after.iter().any(|m| m.starts_with("kubectl")),
+        "kustomize-controller took over kubectl's entries: {after:?}"
+    );
+    assert!(owners_of_restarted_at(&after).is_empty(), "{after:?}");
+}
+
+/// Git pins restartedAt; Flux (reconciling every 2 s) writes it back over bouncer's value.
+/// bouncer sees the revert, names kustomize-controller, and `onRevert: evict` evicts, one at a
+/// time, the pods that Flux's write-back left from before the bounce: every pod ends up new.
+#[tokio::test]
+async fn flux_reverts_a_pinned_restart_and_bouncer_evicts() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "flux-pin-evict").await;
+    let n = ns.name();
+    let flux = flux_with_web(&client, n, &manifest(&[(RESTARTED_AT, PINNED)]), &[], "2s").await;
+    let before = managers(&client, n).await;
+    assert_eq!(
+        owners_of_restarted_at(&before),
+        [FLUX_MANAGER],
+        "{before:?}"
+    );
+    let old = pod_uids(&client, n, PODS).await;
+    let before_pods: Vec<String> = pods(&client, n, PODS)
+        .await
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    let mark = audit_mark();
+    let extra = format!("{MEMORY_POLICY}  restart: {{onRevert: evict}}\n");
+    let policies = Policies::new(&[("p.yaml", &policy("web", n, "{app: web}", &extra))]);
+    let gitops = explained_gitops(&policies, n).await;
+    assert_eq!(
+        gitops["restartHolds"], false,
+        "Git pins the annotation: {gitops}"
+    );
+
+    // The settle outlasts Flux's interval, so its revert lands before bouncer verifies.
+    let run = bouncer_env(&["run"], &policies, n, &[("BOUNCER_VERIFY_SETTLE", "8s")]).await;
+    let after = managers(&client, n).await;
+    eprintln!("flux {FLUX_VERSION}: pinned restartedAt, managers {before:?} -> {after:?}");
+    assert_eq!(run.code, 0, "{}", report(&run, &flux));
+    assert_eq!(
+        run.queue(),
+        [(APP.to_string(), "revertedEvicted".to_string())],
+        "{}",
+        report(&run, &flux)
+    );
+    let row = run.row(APP);
+    eprintln!(
+        "flux {FLUX_VERSION}: pinned restartedAt, onRevert evict: {}s: {}",
+        row["durationSeconds"], row["reason"]
+    );
+    assert!(
+        row["reason"].as_str().unwrap().contains(FLUX_MANAGER),
+        "{row:#}"
+    );
+    let events = bouncer_events(&client, n, APP, "BounceReverted").await;
+    assert_eq!(events.len(), 1, "one BounceReverted Event");
+    assert!(
+        events[0].note.as_deref().unwrap().contains(FLUX_MANAGER),
+        "{:?}",
+        events[0].note
+    );
+    assert_eq!(
+        restarted_at_of(&client, n, APP).await.as_deref(),
+        Some(PINNED),
+        "Git's value stands"
+    );
+    assert_eq!(owners_of_restarted_at(&after), [FLUX_MANAGER], "{after:?}");
+    let now = wait_pods_ready(&client, n, PODS, 2, READY).await.unwrap();
+    assert!(
+        now.iter()
+            .all(|p| !old.contains(p.metadata.uid.as_ref().unwrap())),
+        "every pod replaced"
+    );
+    // Flux's write-back rolls the pods once more; bouncer evicts only those still from before
+    // its bounce, so how many depends on when the revert landed in its rollout.
+    if let Some(mark) = mark {
+        let evicted = evictions(mark, n);
+        eprintln!(
+            "flux {FLUX_VERSION}: pinned restartedAt, evictions after the revert: {evicted:?}"
+        );
+        assert!(evicted.len() <= 2, "{evicted:?}");
+        assert!(
+            evicted.iter().all(|(pod, _)| before_pods.contains(pod)),
+            "only pods from before the bounce were evicted: {evicted:?} of {before_pods:?}"
+        );
+        assert_one_at_a_time(&evicted, &now);
+    }
+}
+
+/// The same pinned restart with `onRevert: fail`: the run halts (exit 1) and names
+/// kustomize-controller; nothing is evicted.
+#[tokio::test]
+async fn flux_reverts_a_pinned_restart_and_on_revert_fail_halts() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "flux-pin-fail").await;
+    let n = ns.name();
+    let flux = flux_with_web(&client, n, &manifest(&[(RESTARTED_AT, PINNED)]), &[], "2s").await;
+    let mark = audit_mark();
+    let extra = format!("{MEMORY_POLICY}  restart: {{onRevert: fail}}\n");
+    let policies = Policies::new(&[("p.yaml", &policy("web", n, "{app: web}", &extra))]);
+
+    let run = bouncer_env(&["run"], &policies, n, &[("BOUNCER_VERIFY_SETTLE", "8s")]).await;
+    assert_eq!(run.code, 1, "{}", report(&run, &flux));
+    assert_eq!(
+        run.queue(),
+        [(APP.to_string(), "reverted".to_string())],
+        "{}",
+        report(&run, &flux)
+    );
+    let row = run.row(APP);
+    eprintln!(
+        "flux {FLUX_VERSION}: pinned restartedAt, onRevert fail: {}s: {}",
+        row["durationSeconds"], row["reason"]
+    );
+    for field in ["reason", "verification"] {
+        assert!(
+            row[field].as_str().unwrap().contains(FLUX_MANAGER),
+            "{field}: {row:#}"
+        );
+    }
+    assert_eq!(
+        restarted_at_of(&client, n, APP).await.as_deref(),
+        Some(PINNED)
+    );
+    if let Some(mark) = mark {
+        assert!(evictions(mark, n).is_empty(), "nothing evicted");
+    }
+}
+
+/// A suspended Kustomization changes nothing in the bounce; Git meanwhile drops another
+/// Deployment, which Flux prunes once resumed, while bouncer's restart of `web` stays and no
+/// second rollout happens.
+#[tokio::test]
+async fn flux_suspended_or_pruning_changes_nothing_for_bouncer() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "flux-suspend").await;
+    let n = ns.name();
+    let old =
+        serde_json::to_string_pretty(&bouncer_testkit::deployment("old", 1, &[("app", "old")]))
+            .unwrap();
+    let flux = flux_with_web(&client, n, &manifest(&[]), &[("old.yaml", &old)], "1h").await;
+    flux.suspend(&client, true).await.unwrap();
+    let policies = Policies::new(&[("p.yaml", &policy("web", n, "{app: web}", MEMORY_POLICY))]);
+
+    let run = bouncer(&["run"], &policies, n).await;
+    assert_eq!(run.code, 0, "{}", report(&run, &flux));
+    assert_eq!(run.bounced(), [APP], "{}", report(&run, &flux));
+    let ours = run.row(APP)["patchedAt"].as_str().unwrap().to_string();
+    let bounced = deployment(&client, n, APP).await;
+    let uids = pod_uids(&client, n, PODS).await;
+
+    flux.suspend(&client, false).await.unwrap();
+    let before = managers(&client, n).await;
+    let done = flux
+        .push(&client, &[("old.yaml", "")], "drop old")
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let after = managers(&client, n).await;
+    eprintln!(
+        "flux {FLUX_VERSION}: resumed and pruning reconcile took {} ms; managers {before:?} -> {after:?}",
+        done.took.as_millis()
+    );
+    assert!(
+        pods(&client, n, "app=old")
+            .await
+            .iter()
+            .all(|p| p.metadata.deletion_timestamp.is_some())
+    );
+    let gone = Api::<Deployment>::namespaced(client.clone(), n)
+        .get_opt("old")
+        .await
+        .unwrap();
+    assert!(gone.is_none(), "Flux pruned old");
+    assert_eq!(
+        restarted_at_of(&client, n, APP).await.as_deref(),
+        Some(ours.as_str())
+    );
+    assert_eq!(
+        generation(&deployment(&client, n, APP).await),
+        generation(&bounced)
+    );
+    assert_eq!(pod_uids(&client, n, PODS).await, uids, "no second rollout");
+}
