@@ -124,7 +124,7 @@ node_show() {
     [ $((SECONDS - t0)) -lt 240 ] || node_die "no run of the CronJob bounced the leak within 4 minutes (kubectl -n $NODE_NS get jobs,pods)"
     pod="$(node_app_pod)"
     mib="$(node_pod_mib "$pod")"
-    echo "waiting: $pod ${mib:-?}Mi (threshold ${NODE_THRESHOLD_MIB}Mi); Jobs so far: $(kubectl -n "$NODE_NS" get jobs --no-headers 2>/dev/null | wc -l)"
+    echo "waiting: $pod ${mib:+${mib}Mi}${mib:-no metrics yet} (threshold ${NODE_THRESHOLD_MIB}Mi); Jobs so far: $(kubectl -n "$NODE_NS" get jobs --no-headers 2>/dev/null | wc -l)"
     sleep 10
   done
   kubectl -n "$NODE_NS" get cronjob,jobs
