@@ -11,8 +11,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::wire::{self, ObjectMeta, PodTemplateSpec};
 use crate::core::literals::{
-    MCP_SERVER_KIND, MIRROR_ANNOTATION, PROGRESS_DEADLINE_EXCEEDED, WORKLOAD_ANNOTATIONS,
-    RESTARTED_AT, SIDECAR_RESTART_POLICY, TOOLHIVE_GROUP, TOOLHIVE_RESTARTED_AT,
+    MCP_SERVER_KIND, MIRROR_ANNOTATION, PROGRESS_DEADLINE_EXCEEDED, RESTARTED_AT,
+    SIDECAR_RESTART_POLICY, TOOLHIVE_GROUP, TOOLHIVE_RESTARTED_AT, WORKLOAD_ANNOTATIONS,
 };
 use crate::core::mark::AttemptMark;
 use crate::core::model::{
@@ -529,7 +529,10 @@ mod api_json_tests {
         );
         assert_eq!(bare.pods.len(), 1);
         assert_eq!(bare.pods[0].uid, "u-1");
-        assert!(bare.annotations.is_empty(), "the mirror annotation is not kept");
+        assert!(
+            bare.annotations.is_empty(),
+            "the mirror annotation is not kept"
+        );
     }
 
     /// A bare pod's annotations are its workload's: only those the core reads are kept, not
