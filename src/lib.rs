@@ -403,7 +403,7 @@ async fn run_locked(
     } else {
         None
     };
-    let report = report::build(&plan, mode, outcomes.as_deref());
+    let report = report::build(plan, mode, outcomes.as_deref());
     let halted = outcomes.iter().flatten().any(|o| o.status.halts());
     let run = notify::Run {
         finished: clock(),

@@ -95,7 +95,7 @@ fn fixture() -> (Plan, Vec<Outcome>) {
 #[test]
 fn table_shows_every_row_with_its_decision_and_reason() {
     let (plan, outcomes) = fixture();
-    let got = table(&build(&plan, Mode::Run, Some(&outcomes)));
+    let got = table(&build(plan.clone(), Mode::Run, Some(&outcomes)));
     let want = "\
 POLICY  WORKLOAD                     PODS  MEMORY (MAX POD / THRESHOLD)  TRIGGER  DECISION        REASON
 mcp     statefulset/toolhive/fetch   1     501Mi / 435Mi                 memory   bounced (9.0s)  memory (fetch-0 501Mi > 435Mi); restartedAt intact, 1/1 pods new and ready
@@ -118,7 +118,7 @@ fn a_restart_group_is_a_column_in_table_and_markdown_and_a_field_in_json() {
         b.group = Some(group.clone());
     }
     outcomes[1].status = Status::NotAttempted(Some(plan.bounces[0].target.clone()));
-    let report = build(&plan, Mode::Run, Some(&outcomes));
+    let report = build(plan.clone(), Mode::Run, Some(&outcomes));
     let got = table(&report);
     let want = "\
 POLICY  WORKLOAD                     GROUP                PODS  MEMORY (MAX POD / THRESHOLD)  TRIGGER  DECISION        REASON
@@ -144,7 +144,7 @@ api     deployment/shop/leaky-api    -                    3     86Mi / 1Gi      
 #[test]
 fn plan_table_says_what_would_happen() {
     let (plan, _) = fixture();
-    let got = table(&build(&plan, Mode::DryRun, None));
+    let got = table(&build(plan.clone(), Mode::DryRun, None));
     assert!(got.contains("would bounce #1"), "{got}");
     assert!(got.contains("would bounce #2"), "{got}");
     assert!(
@@ -156,7 +156,7 @@ fn plan_table_says_what_would_happen() {
 #[test]
 fn markdown_is_a_table_for_a_pr_comment() {
     let (plan, outcomes) = fixture();
-    let got = markdown(&build(&plan, Mode::Run, Some(&outcomes)));
+    let got = markdown(&build(plan.clone(), Mode::Run, Some(&outcomes)));
     let want = "\
 ### bouncer run (2026-12-02T16:20:51Z)
 
@@ -174,7 +174,7 @@ fn markdown_is_a_table_for_a_pr_comment() {
 #[test]
 fn json_has_the_documented_stable_fields() {
     let (plan, outcomes) = fixture();
-    let report = build(&plan, Mode::Run, Some(&outcomes));
+    let report = build(plan.clone(), Mode::Run, Some(&outcomes));
     let v: serde_json::Value = serde_json::from_str(&render(&report, Format::Json, true)).unwrap();
     assert_eq!(v["apiVersion"], "bouncer.dev/v1alpha1");
     assert_eq!(v["kind"], "BounceReport");
@@ -211,7 +211,7 @@ fn a_failure_has_a_stable_reason_code() {
         FailureCode::RolloutTimedOut,
         "rollout of statefulset/toolhive/fetch did not complete within 10m: 0 of 1 pods ready",
     ));
-    let report = build(&plan, Mode::Run, Some(&outcomes));
+    let report = build(plan.clone(), Mode::Run, Some(&outcomes));
     let v: serde_json::Value = serde_json::from_str(&render(&report, Format::Json, true)).unwrap();
     let row = &v["rows"][0];
     assert_eq!(row["decision"], "failed");

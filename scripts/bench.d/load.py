@@ -8,6 +8,10 @@ Every namespace `bench-NNN` holds the same 100 pods in 20 workloads:
 plus one PodDisruptionBudget. `--pods N` loads ceil(N/100) namespaces; the loader is idempotent
 (existing objects are kept), so a bigger N only adds namespaces.
 
+`--shape bare` loads the other fleet instead: namespaces `bare-NNN` of 100 bare pods in 20 label
+groups of 5 (pods that share every label, as a fleet of single-pod servers does), one workload
+each. A cluster holds one shape at a time: loading one first deletes the other's namespaces.
+
 Pods are bound to the benchmark cluster's KWOK nodes by their template (`nodeName`, 5,000 pods
 per node: namespaces bench-000..049 on kwok-node-1, 050..099 on kwok-node-2...), so KWOK runs
 them (Running and Ready, with IPs) and serves their kubelet resource metrics, which the real
@@ -109,8 +113,8 @@ def list_all(path, params=""):
 
 # --- the fleet ---------------------------------------------------------------------------------
 
-def ns_name(i):
-    return f"bench-{i:03d}"
+def ns_name(i, prefix="bench"):
+    return f"{prefix}-{i:03d}"
 
 
 def labels(app, tier):
@@ -180,6 +184,43 @@ def namespace_objects(ns):
     return out
 
 
+BARE_GROUPS, BARE_GROUP_PODS = 20, 5
+# Namespace prefix of each shape.
+SHAPES = {"owned": "bench", "bare": "bare"}
+
+
+def bare_namespace_objects(ns):
+    """(path, object) for one namespace of the bare shape, the namespace first."""
+    out = [("/api/v1/namespaces", {"metadata": {"name": ns, "labels": {"bench": "true"}}})]
+    for g in range(BARE_GROUPS):
+        app = f"mcp-{g:02d}"
+        for k in range(BARE_GROUP_PODS):
+            name = f"{app}-{k}"
+            memory = f"{usage_mi(ns + '/' + name, LIMIT_MI)}Mi"
+            out.append((f"/api/v1/namespaces/{ns}/pods", {
+                "metadata": {"name": name, "labels": labels(app, "mcp"),
+                             "annotations": {"bench/owner": "team-" + app[-2:], MEMORY_BASE: memory}},
+                "spec": pod_spec(False, node_of(ns)),
+            }))
+    return out
+
+
+def delete_shape(prefix):
+    """Deletes the bench namespaces of the other shape and waits until their pods are gone."""
+    gone = [n["metadata"]["name"] for n in list_all("/api/v1/namespaces", "&labelSelector=bench%3Dtrue")
+            if n["metadata"]["name"].startswith(prefix + "-") and n["metadata"]["name"] != "bench-bounce"]
+    if not gone:
+        return
+    log(f"deleting the {len(gone)} namespaces of the other shape ({prefix}-*)")
+    # Pods first, without grace: the namespace controller would delete them at its own pace.
+    parallel(lambda ns: request("DELETE", f"/api/v1/namespaces/{ns}/pods?gracePeriodSeconds=0",
+                                ok=(200,), tolerate=(404,)), gone)
+    parallel(lambda ns: request("DELETE", f"/api/v1/namespaces/{ns}", ok=(200, 202), tolerate=(404,)), gone)
+    wait_for(f"namespaces {prefix}-* to be gone", lambda: (
+        len(gone) - sum(1 for n in list_all("/api/v1/namespaces", "&labelSelector=bench%3Dtrue")
+                        if n["metadata"]["name"] in gone), len(gone)), 900)
+
+
 def count_pods():
     return sum(1 for _ in list_all("/api/v1/pods", "&labelSelector=bench%3Dtrue"))
 
@@ -212,16 +253,21 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pods", type=int, default=5000)
     ap.add_argument("--workers", type=int, default=16)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="owned")
     args = ap.parse_args()
-    namespaces = [ns_name(i) for i in range(max(1, -(-args.pods // PODS_PER_NS)))]
+    prefix = SHAPES[args.shape]
+    namespaces = [ns_name(i, prefix) for i in range(max(1, -(-args.pods // PODS_PER_NS)))]
     expected = len(namespaces) * PODS_PER_NS
     t0 = time.time()
+    for other in SHAPES.values():
+        if other != prefix:
+            delete_shape(other)
     extra = [n["metadata"]["name"] for n in list_all("/api/v1/namespaces", "&labelSelector=bench%3Dtrue")
-             if n["metadata"]["name"] not in namespaces]
+             if n["metadata"]["name"] not in namespaces and n["metadata"]["name"].startswith(prefix + "-")]
     if extra:
         raise SystemExit(f"load: the cluster already holds {len(extra) + len(namespaces)} bench namespaces, more than "
                          f"the {len(namespaces)} asked for: measure smaller sizes on a fresh cluster")
-    objects = [namespace_objects(ns) for ns in namespaces]
+    objects = [(bare_namespace_objects if args.shape == "bare" else namespace_objects)(ns) for ns in namespaces]
     parallel(lambda o: create(*o), [o[0] for o in objects], args.workers)
     # A new namespace's default ServiceAccount (needed for pods) takes a moment to appear.
     parallel(lambda ns: wait_for(f"serviceaccount {ns}/default", lambda: (
@@ -245,12 +291,19 @@ def main():
                 ready, total = ready + ok, total + 1
         return ready, total
 
-    wait_for("controllers to report every workload ready", settled, 1800)
+    if args.shape == "owned":
+        wait_for("controllers to report every workload ready", settled, 1800)
+    else:
+        wait_for("every bare pod ready", lambda: (sum(
+            1 for p in list_all("/api/v1/pods", "&labelSelector=bench%3Dtrue")
+            if any(c.get("type") == "Ready" and c.get("status") == "True"
+                   for c in (p.get("status") or {}).get("conditions") or [])), expected), 1800)
     # metrics-server has a pod once it has scraped its node twice after the pod started.
     wait_for("metrics-server to report every pod", lambda: (sum(1 for _ in list_all(
         "/apis/metrics.k8s.io/v1beta1/pods", "&labelSelector=bench%3Dtrue")), expected), 600)
     log(f"loaded {expected} pods in {len(namespaces)} namespaces in {time.time() - t0:.0f} s")
-    print(json.dumps({"pods": expected, "namespaces": len(namespaces), "seconds": round(time.time() - t0, 1)}))
+    print(json.dumps({"pods": expected, "namespaces": len(namespaces), "shape": args.shape,
+                      "seconds": round(time.time() - t0, 1)}))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ def main():
     figures, out = sys.argv[1], sys.argv[2]
     with open(figures) as f:
         data = json.load(f)
-    sizes = sorted(data["sizes"], key=lambda s: s["pods"])
+    sizes = sorted((s for s in data["sizes"] if s.get("shape", "owned") == "owned"), key=lambda s: s["pods"])
+    bare = [s for s in data["sizes"] if s.get("shape") == "bare"]
     labels = data["labels"]
     fig, (ax_wall, ax_rss) = plt.subplots(1, 2, figsize=(13, 5.2))
     for name in labels:
@@ -41,6 +42,16 @@ def main():
         # The floors are curl and a small Python loop: their RSS says nothing about a tool.
         if name not in ("pods", "pods-paged", "floor-par", "floor-seq"):
             ax_rss.plot(pods, [c["rss_kib"] / 1024 for _, c in pts], label=labels[name], **style)
+    # The bare fleet (one workload row per pod), measured at one size: bouncer and the pods LIST.
+    for s in bare:
+        for name, marker in (("bouncer", "*"), ("pods", "x")):
+            c = s["contenders"].get(name)
+            if not c:
+                continue
+            kw = dict(color=STYLE[name]["color"], marker=marker, markersize=11, linestyle="none")
+            ax_wall.plot([s["pods"]], [c["wall"]], label=f"{labels[name]}, bare pods", **kw)
+            if name == "bouncer":
+                ax_rss.plot([s["pods"]], [c["rss_kib"] / 1024], label=f"{labels[name]}, bare pods", **kw)
     for ax, title, unit in ((ax_wall, "wall time", "seconds"), (ax_rss, "peak RSS", "MiB")):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -49,7 +60,7 @@ def main():
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    for pods, mib in (5000, 25), (50000, 60):
+    for pods, mib in (5000, 25), (50000, 40):
         ax_rss.plot([pods], [mib], marker="_", markersize=22, color="#d62728", alpha=0.6)
         ax_rss.annotate(f"target {mib} MiB", (pods, mib), textcoords="offset points", xytext=(8, -10),
                         fontsize=7, color="#d62728")

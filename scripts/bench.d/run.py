@@ -71,8 +71,14 @@ LABELS = {
 AGENTS = {"bouncer": "bouncer/", "diy": "kubectl/", "descheduler": "descheduler/"}
 
 # The targets (issue-style: ratios in one run; absolute figures only as context).
-PLAN_VS_PODS_LIST = 1.2
-RSS_TARGETS_MIB = {5000: 25, 50000: 60}
+PLAN_VS_PODS_LIST = 1.0
+RSS_TARGETS_MIB = {("owned", 5000): 25, ("bare", 5000): 25, ("owned", 50000): 40}
+
+# The fleets (scripts/bench.d/load.py): `owned`, pods of Deployments and StatefulSets (and 2 bare
+# pods in 100); `bare`, bare pods only, in label groups of 5, one workload row each. The policy's
+# kinds follow: a bare pod is only a workload under `kinds: [Pod]`.
+SHAPES = {"owned": "controller-owned pods", "bare": "bare pods"}
+KINDS_OF = {"owned": "[Deployment, StatefulSet, Pod]", "bare": "[Pod]"}
 BOUNCE_OVERHEAD_S = 0.5
 
 POLICY = """\
@@ -85,7 +91,7 @@ spec:
     selector:
       matchLabels:
         bench: "true"
-    kinds: [Deployment, StatefulSet, Pod]
+    kinds: {kinds}
   triggers:
     memory:
       percentOfLimit: 85
@@ -171,8 +177,7 @@ class Bench:
         self.audit = os.environ["BENCH_AUDIT_LOG"]
         self.descheduler = os.environ.get("BENCH_DESCHEDULER") or None
         os.makedirs(os.path.join(work, "policies"), exist_ok=True)
-        with open(os.path.join(work, "policies", "bench.yaml"), "w") as f:
-            f.write(POLICY)
+        self.shape("owned")
         self.report = os.path.join(work, "report.json")
         self.curl = ["curl", "-sS", "--fail", "--cacert", os.environ["BENCH_CA"], "-H", "Accept: application/json",
                      "-H", "Authorization: Bearer " + os.environ["BENCH_TOKEN"], "-A", "bouncer-bench-floor"]
@@ -209,6 +214,12 @@ class Bench:
             self.descheduler_want = None  # set per size: the pods it may evict
             self.descheduler_cycles = []  # per round: [(seconds, pods decided)] up to the complete one
             self.contenders["descheduler"] = self.run_descheduler
+
+    def shape(self, shape):
+        """The policies of one fleet (the plan's, and the 25 of `many_policies`)."""
+        self.policy = POLICY.replace("{kinds}", KINDS_OF[shape])
+        with open(os.path.join(self.work, "policies", "bench.yaml"), "w") as f:
+            f.write(self.policy)
 
     def paged(self):
         """The pods LIST by pages of PAGE: its own timing (from the connection to the last page), the
@@ -261,6 +272,45 @@ class Bench:
             rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", out).group(1))
             cpu = sum(float(x) for x in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", out))
             return done, rss, cpu
+
+    def server_metrics(self):
+        """The API server's own /metrics, parsed: {(name, frozenset(labels)): value} for the
+        series the cost table reads."""
+        r = subprocess.run(self.curl + ["-H", "Accept: text/plain", os.environ["BENCH_SERVER"] + "/metrics"],
+                           capture_output=True, check=True)
+        out = {}
+        for line in r.stdout.decode().splitlines():
+            m = SERIES.match(line)
+            if m:
+                labels = frozenset(LABEL.findall(m.group(2) or ""))
+                out[(m.group(1), labels)] = float(m.group(3))
+        return out
+
+    def server_cost(self, cmd):
+        """What one command costs the API server, from its /metrics before and after: requests,
+        the seconds it spent serving them and the bytes it sent, per verb and resource (the
+        resources the plan reads), its CPU seconds, and its resident memory before, after and
+        at its peak (VmHWM, reset first, where /proc allows). Plus the command's own wall time."""
+        pid = apiserver_pid()
+        time.sleep(1)
+        before = self.server_metrics()
+        peak = None
+        if pid:
+            try:
+                with open(f"/proc/{pid}/clear_refs", "w") as f:
+                    f.write("5")  # resets the peak resident set size to the current one
+                peak = 0
+            except OSError:
+                pass
+        t0 = time.perf_counter()
+        cmd()
+        wall = time.perf_counter() - t0
+        if peak is not None:
+            with open(f"/proc/{pid}/status") as f:
+                peak = int(re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1)) * 1024
+        time.sleep(1.5)  # a watch's duration is observed when it ends
+        after = self.server_metrics()
+        return cost_of(before, after, wall, peak)
 
     def audit_size(self):
         return os.path.getsize(self.audit)
@@ -343,7 +393,7 @@ class Bench:
         os.makedirs(d, exist_ok=True)
         docs = []
         for i in range(n):
-            docs.append(POLICY.replace("name: bench-memory", f"name: bench-{i:02d}")
+            docs.append(self.policy.replace("name: bench-memory", f"name: bench-{i:02d}")
                         .replace('bench: "true"', f'app: web-{i % 14:02d}')
                         .replace("  cooldown: 1s\n", "  cooldown: 1h\n")
                         .replace("    memory:\n", '    schedule: {cron: "0 3 * * *"}\n    memory:\n'))
@@ -446,6 +496,69 @@ class Bench:
         return cycles[-1][1], cycles[0][1], statistics.median(len(c) for c in self.descheduler_cycles)
 
 
+SERIES = re.compile(r"^(apiserver_request_total|apiserver_request_duration_seconds_sum|apiserver_response_sizes_sum|"
+                    r"apiserver_watch_list_duration_seconds_sum|apiserver_watch_list_duration_seconds_count|process_cpu_seconds_total|process_resident_memory_bytes)"
+                    r"(?:\{(.*)\})? ([0-9.e+-]+)$")
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+# The resources a plan reads (the API server's names), for the cost table.
+READ = {"pods", "replicasets", "deployments", "statefulsets", "daemonsets", "poddisruptionbudgets", "namespaces",
+        "leases"}
+
+
+def apiserver_pid():
+    """The kube-apiserver process (scripts/cluster records the shell that runs it)."""
+    pid = os.environ.get("BENCH_APISERVER_PID")
+    if not pid:
+        return None
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            if f.read().strip() == "kube-apiserver":
+                return pid
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            for child in f.read().split():
+                with open(f"/proc/{child}/comm") as c:
+                    if c.read().strip() == "kube-apiserver":
+                        return child
+    except OSError:
+        pass
+    return None
+
+
+def cost_of(before, after, wall, peak):
+    """The difference of two /metrics scrapes, summed over the read resources by verb. Reads
+    only (LIST, GET, and WATCH as streaming lists): the other clients' writes (node and leader
+    leases) go on meanwhile. A watch's request metrics are observed when it ends, so the
+    components' own long watches ending in the window would count: WATCH requests and seconds
+    come from the streaming lists' own histogram."""
+    out = {"wall": wall, "requests": collections.Counter(), "seconds": collections.Counter(),
+           "bytes": collections.Counter(), "rss_before": None, "rss_after": None, "rss_peak": peak}
+    for (name, labels), v in after.items():
+        d = v - before.get((name, labels), 0.0)
+        lab = dict(labels)
+        if name == "process_cpu_seconds_total":
+            out["cpu"] = d
+        elif name == "process_resident_memory_bytes":
+            out["rss_before"], out["rss_after"] = before.get((name, labels)), v
+        elif lab.get("resource") in READ and not lab.get("subresource") and d > 0:
+            verb = lab.get("verb", "WATCH").upper()
+            if verb not in ("LIST", "GET", "WATCH"):
+                continue
+            key = (verb, lab["resource"] + (".metrics" if lab.get("group") == "metrics.k8s.io" else ""))
+            if name == "apiserver_watch_list_duration_seconds_count":
+                out["requests"][key] += d
+            elif name == "apiserver_watch_list_duration_seconds_sum":
+                out["seconds"][key] += d
+            elif verb == "WATCH" and name != "apiserver_response_sizes_sum":
+                continue
+            elif name == "apiserver_request_total":
+                out["requests"][key] += d
+            elif name == "apiserver_request_duration_seconds_sum":
+                out["seconds"][key] += d
+            elif name == "apiserver_response_sizes_sum":
+                out["bytes"][key] += d
+    return out
+
+
 def med(xs):
     return statistics.median(xs)
 
@@ -470,12 +583,12 @@ def request_counts(names, counts, requests):
     return {n: fixed[n] if n in fixed else med([sum(r.values()) for r in requests[n]]) for n in names}
 
 
-def print_table(pods, results, requests, counts, load_s, load_avg, mlr_status):
+def print_table(shape, pods, results, requests, counts, load_s, load_avg, mlr_status):
     names = list(results)
     n = len(results["bouncer"])
     walls = {k: med([x[0] for x in results[k]]) for k in names}
     reqs = request_counts(names, counts, requests)
-    print(f"\n### {pods} pods ({counts['namespaces']} namespaces, {counts['deployments']} Deployments, "
+    print(f"\n### {pods} {SHAPES[shape]} ({counts['namespaces']} namespaces, {counts['deployments']} Deployments, "
           f"{counts['replicasets']} ReplicaSets, {counts['statefulsets']} StatefulSets, "
           f"{counts['pods.metrics.k8s.io']} PodMetrics; loaded in {load_s:.0f} s; median of {n}; "
           f"load average {load_avg})\n")
@@ -502,6 +615,65 @@ def print_table(pods, results, requests, counts, load_s, load_avg, mlr_status):
         print(f"{name} requests per run ({'identical in every run' if same else 'VARIES between runs'}):")
         for (verb, res), c in sorted(per.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             print(f"  {verb:5} {res:28} {c / len(requests[name]):6.1f}")
+
+
+# What one run costs the API server: these, one after the other, each once.
+COSTED = {
+    "bouncer": "bouncer plan",
+    "kubectl": "kubectl get pods -A -o json",
+    "pods": "pods LIST alone",
+    "pods-paged": f"pods LIST by {PAGE:,}",
+    "watchlist": "pods streaming list",
+}
+
+
+def measure_costs(bench):
+    """{name: cost} for the COSTED commands, and whether the server streamed the list."""
+    out, streamed = {}, None
+    watchlist = os.path.join(bench.work, "watchlist.out")
+
+    def stream():
+        with open(watchlist, "w") as f:
+            timed([sys.executable, os.path.join(HERE, "watchlist.py"), "/api/v1/pods"], stdout=f)
+
+    cmds = {"bouncer": bench.contenders["bouncer"], "pods": bench.contenders["pods"],
+            "pods-paged": bench.contenders["pods-paged"],
+            "kubectl": lambda: timed([os.environ["BENCH_KUBECTL"], "get", "pods", "-A", "-o", "json"]),
+            "watchlist": stream}
+    for name in COSTED:
+        out[name] = bench.server_cost(cmds[name])
+        if name == "watchlist":
+            with open(watchlist) as f:
+                words = f.read().split()
+            streamed = words[0] != "unsupported"
+            if not streamed:
+                out[name]["refused"] = " ".join(words[1:])
+    return out, streamed
+
+
+def print_costs(costs, streamed):
+    print("\n#### what one run costs the API server (its /metrics before and after each, one run each; "
+          "the resources the plan reads)\n")
+    names = list(costs)
+    fmt_req = lambda c: ", ".join(f"{v:.0f} {verb} {res}" for (verb, res), v in sorted(c["requests"].items()))
+    mib = lambda b: "-" if b is None else f"{b / 2**20:.0f} MiB"
+    rows = [("", [COSTED[n] for n in names]),
+            ("client wall time", [f"{costs[n]['wall']:.2f} s" for n in names]),
+            ("requests", [f"{sum(costs[n]['requests'].values()):.0f}" for n in names]),
+            ("server time serving them", [f"{sum(costs[n]['seconds'].values()):.2f} s" for n in names]),
+            ("bytes sent", [f"{sum(costs[n]['bytes'].values()) / 1e6:.1f} MB" for n in names]),
+            ("server CPU (whole process)", [f"{costs[n].get('cpu', 0):.2f} s" for n in names]),
+            ("server RSS before -> after", [f"{mib(costs[n]['rss_before'])} -> {mib(costs[n]['rss_after'])}"
+                                            for n in names]),
+            ("server peak RSS during", [mib(costs[n]["rss_peak"]) for n in names])]
+    print_rows(rows)
+    for n in names:
+        print(f"  {COSTED[n]}: {fmt_req(costs[n]) or '-'}")
+    if streamed:
+        print("  the server streams lists (WatchList: sendInitialEvents=true answered with the initial events "
+              "and their closing bookmark)")
+    else:
+        print(f"  the server refused the streaming list: {costs['watchlist'].get('refused', '?')}")
 
 
 def print_bounce_round(bench):
@@ -580,7 +752,7 @@ def check_requests(requests, counts):
 
 def summary(results, counts, requests, extra):
     """The figures of one size, for the scaling table, the targets and the plot."""
-    out = {"pods": extra["pods"], "load_seconds": extra["load_seconds"], "counts": counts, "contenders": {}}
+    out = {"pods": extra["pods"], "shape": extra["shape"], "load_seconds": extra["load_seconds"], "counts": counts, "contenders": {}}
     reqs = request_counts(list(results), counts, requests)
     for name, ms in results.items():
         out["contenders"][name] = {"wall": med([m[0] for m in ms]), "wall_min": min(m[0] for m in ms),
@@ -596,7 +768,7 @@ def print_scaling(sizes):
     rows = [("pods", [LABELS[n] for n in names] + ["bouncer requests"])]
     for s in sizes:
         c = s["contenders"]
-        rows.append((f"{s['pods']:,}", [f"{c[n]['wall']:.2f} s / {fmt_mib(c[n]['rss_kib'])}" if n in c else "-"
+        rows.append((size_label(s), [f"{c[n]['wall']:.2f} s / {fmt_mib(c[n]['rss_kib'])}" if n in c else "-"
                                         for n in names] + [f"{c['bouncer']['requests']:.0f}"]))
     print_rows(rows)
     print(f"\n### requests per run (bouncer's are one LIST per kind per page of {PAGE:,}, plus the Lease GET)\n")
@@ -604,9 +776,23 @@ def print_scaling(sizes):
              + ["bouncer, expected"])]
     for s in sizes:
         c = s["contenders"]
-        rows.append((f"{s['pods']:,}", [f"{c[n]['requests']:.0f}" if n in c else "-" for n in names if n in AGENTS]
+        rows.append((size_label(s), [f"{c[n]['requests']:.0f}" if n in c else "-" for n in names if n in AGENTS]
                      + [str(sum(expected_lists(s["counts"]).values()))]))
     print_rows(rows)
+
+
+def size_label(s):
+    return f"{s['pods']:,}" + (" bare" if s.get("shape") == "bare" else "")
+
+
+def parse_sizes(text):
+    """"500,bare:5000,5000" -> [(shape, pods)]: the bare fleet first (loading a shape deletes the
+    other's pods), then the controller-owned sizes in order (loaded incrementally)."""
+    out = []
+    for item in text.split(","):
+        shape, _, pods = item.rpartition(":")
+        out.append((shape or "owned", int(pods)))
+    return sorted(out, key=lambda sp: (sp[0] != "bare", sp[1]))
 
 
 def targets(sizes, bounce):
@@ -615,16 +801,30 @@ def targets(sizes, bounce):
     for s in sizes:
         c = s["contenders"]
         ratio = c["bouncer"]["wall"] / c["pods"]["wall"]
-        out.append((f"{s['pods']:,} pods: bouncer plan wall <= {PLAN_VS_PODS_LIST}x the pods LIST alone",
+        shape = s.get("shape", "owned")
+        out.append((f"{s['pods']:,} {SHAPES[shape]}: bouncer plan wall <= {PLAN_VS_PODS_LIST}x the pods LIST alone",
                     f"{ratio:.2f}x ({c['bouncer']['wall']:.2f} s vs {c['pods']['wall']:.2f} s; "
                     f"{c['bouncer']['wall'] / c['floor-par']['wall']:.2f}x the concurrent floor, "
                     f"{c['bouncer']['wall'] / c['pods-paged']['wall']:.2f}x the pods LIST by {PAGE:,})",
                     ratio <= PLAN_VS_PODS_LIST))
-        if s["pods"] in RSS_TARGETS_MIB:
-            mib = c["bouncer"]["rss_kib"] / MIB
-            out.append((f"{s['pods']:,} pods: bouncer peak RSS <= {RSS_TARGETS_MIB[s['pods']]} MiB",
-                        f"{mib:.1f} MiB", mib <= RSS_TARGETS_MIB[s["pods"]]))
-        out.append((f"{s['pods']:,} pods: one LIST per kind per page, nothing per workload or policy",
+        if (shape, s["pods"]) in RSS_TARGETS_MIB:
+            mib, want = c["bouncer"]["rss_kib"] / MIB, RSS_TARGETS_MIB[(shape, s["pods"])]
+            out.append((f"{s['pods']:,} {SHAPES[shape]}: bouncer peak RSS <= {want} MiB", f"{mib:.1f} MiB", mib <= want))
+        cost = s.get("server_cost")
+        if cost:
+            b, k = cost["bouncer"], cost["kubectl"]
+            served = lambda x: sum(x["seconds"].values())
+            sent = lambda x: sum(x["bytes"].values())
+            # Time serving, not bytes: kubectl (Go's HTTP transport) accepts gzip, so the server
+            # compresses its pages and sends a twentieth of the bytes, at a CPU cost of its own.
+            out.append((f"{s['pods']:,} {SHAPES[shape]}: the API server's time serving one bouncer plan <= one "
+                        f"`kubectl get pods -A -o json`",
+                        f"{served(b):.2f} s vs {served(k):.2f} s (bytes sent {sent(b) / 1e6:.1f} MB vs "
+                        f"{sent(k) / 1e6:.1f} MB) "
+                        f"(lists {'streamed' if s.get('streamed') and b['requests'].get('WATCH pods') else 'paginated'};"
+                        f" the server {'supports' if s.get('streamed') else 'refuses'} streaming lists)",
+                        served(b) <= served(k)))
+        out.append((f"{s['pods']:,} {SHAPES[shape]}: one LIST per kind per page, nothing per workload or policy",
                     f"{c['bouncer']['requests']:.0f} requests, expected {sum(expected_lists(s['counts']).values())}"
                     + ("" if s["requests_ok"] else " (DIFFERENT)"), s["requests_ok"]))
     if bounce and bounce["overheads"]:
@@ -644,8 +844,9 @@ def write_figures(path, sizes, bounce, mlr_status):
     if os.path.exists(path):
         with open(path) as f:
             old = json.load(f)
-    mine = {s["pods"] for s in sizes}
-    merged = sorted([s for s in old.get("sizes", []) if s["pods"] not in mine] + sizes, key=lambda s: s["pods"])
+    key = lambda s: (s.get("shape", "owned") != "bare", s["pods"])
+    mine = {key(s) for s in sizes}
+    merged = sorted([s for s in old.get("sizes", []) if key(s) not in mine] + sizes, key=key)
     with open(path, "w") as f:
         json.dump({"sizes": merged, "bounce": bounce or old.get("bounce"), "labels": LABELS, "mlr": mlr_status,
                    "binary_bytes": os.path.getsize(os.environ["BENCH_BOUNCER"])}, f, indent=1, default=str)
@@ -674,9 +875,10 @@ def main():
     mlr_status = os.environ.get("BENCH_MLR_STATUS", "")
     sizes = []
     failed = []
-    for size in [int(s) for s in args.sizes.split(",")]:
-        log(f"loading {size} pods")
-        r = subprocess.run([sys.executable, os.path.join(HERE, "load.py"), "--pods", str(size)],
+    for shape, size in parse_sizes(args.sizes):
+        log(f"loading {size} {SHAPES[shape]}")
+        bench.shape(shape)
+        r = subprocess.run([sys.executable, os.path.join(HERE, "load.py"), "--pods", str(size), "--shape", shape],
                            stdout=subprocess.PIPE, check=True)
         load = json.loads(r.stdout)
         counts = bench.object_counts()
@@ -686,13 +888,13 @@ def main():
         bench.descheduler_want = counts["owned-bench-pods"]
         bench.descheduler_cycles = []
         results, requests = bench.run(runs, warmup)
-        print_table(load["pods"], results, requests, counts, load["seconds"], load_avg, mlr_status)
+        print_table(shape, load["pods"], results, requests, counts, load["seconds"], load_avg, mlr_status)
         planned, diy_workloads, diy_pods = bench.decisions()
         print(f"decisions: bouncer plans {planned} bounces; the DIY script finds {diy_pods} pods over 85% "
               f"in {diy_workloads} workloads" + ("" if planned == diy_workloads else "  <-- MISMATCH"))
         if planned != diy_workloads or planned == 0:
-            failed.append(f"{size} pods: bouncer planned {planned}, DIY found {diy_workloads} workloads")
-        extra = {"pods": load["pods"], "load_seconds": load["seconds"], "load_average": load_avg,
+            failed.append(f"{size} {SHAPES[shape]}: bouncer planned {planned}, DIY found {diy_workloads} workloads")
+        extra = {"pods": load["pods"], "shape": shape, "load_seconds": load["seconds"], "load_average": load_avg,
                  "planned": planned, "diy_workloads": diy_workloads}
         if "descheduler" in results:
             evicted, first, ncycles = bench.descheduler_decisions()
@@ -701,16 +903,22 @@ def main():
                   f"cycle (cycle {ncycles:.0f}; its first cycle decided on {first}); {want} bench pods are owned by a "
                   f"controller and older than a minute" + ("" if evicted == want else "  <-- MISMATCH"))
             if evicted != want:
-                failed.append(f"{size} pods: the descheduler decided on {evicted} pods, expected {want}")
+                failed.append(f"{size} {SHAPES[shape]}: the descheduler decided on {evicted} pods, expected {want}")
             extra.update(descheduler_evicted=evicted, descheduler_first_cycle=first, descheduler_cycles=ncycles)
         problems = check_requests(requests["bouncer"], counts)
-        failed += [f"{size} pods: {p}" for p in problems]
+        failed += [f"{size} {SHAPES[shape]}: {p}" for p in problems]
         many = bench.many_policies()
         print(f"with 25 policies instead of 1: {sum(many.values())} requests"
               + (", the same" if many == requests["bouncer"][0] else f"  <-- DIFFERENT: {sorted(many.items())}"))
         if many != requests["bouncer"][0]:
-            failed.append(f"{size} pods: requests depend on the number of policies")
+            failed.append(f"{size} {SHAPES[shape]}: requests depend on the number of policies")
         extra["requests_ok"] = not problems and many == requests["bouncer"][0]
+        log("what one run costs the API server")
+        costs, streamed = measure_costs(bench)
+        print_costs(costs, streamed)
+        extra["server_cost"] = {n: {k: ({f"{verb} {res}": v for (verb, res), v in x.items()} if isinstance(x, dict) else x)
+                                    for k, x in c.items()} for n, c in costs.items()}
+        extra["streamed"] = streamed
         sizes.append(summary(results, counts, requests, extra))
         write_figures(args.figures, sizes, None, mlr_status)
     if len(sizes) > 1:

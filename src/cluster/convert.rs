@@ -11,8 +11,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::wire::{self, ObjectMeta, PodTemplateSpec};
 use crate::core::literals::{
-    ANNOTATION_PREFIX, MCP_SERVER_KIND, MIRROR_ANNOTATION, PROGRESS_DEADLINE_EXCEEDED,
-    RESTARTED_AT, SIDECAR_RESTART_POLICY, TOOLHIVE_GROUP, TOOLHIVE_RESTARTED_AT,
+    MCP_SERVER_KIND, MIRROR_ANNOTATION, PROGRESS_DEADLINE_EXCEEDED, RESTARTED_AT,
+    SIDECAR_RESTART_POLICY, TOOLHIVE_GROUP, TOOLHIVE_RESTARTED_AT, WORKLOAD_ANNOTATIONS,
 };
 use crate::core::mark::AttemptMark;
 use crate::core::model::{
@@ -76,12 +76,14 @@ fn toolhive(kind: Kind, meta: &ObjectMeta, template: &PodTemplateSpec) -> Toolhi
     }
 }
 
-/// bouncer's own annotations, the only ones the core reads.
+/// The annotations the core reads (opt-out, overrides, attempt mark), and no other: a bare
+/// pod's own annotations are its workload's, and other keys under bouncer's prefix (a test
+/// harness's, a newer version's) would be kept on every pod.
 fn own(annotations: Option<BTreeMap<String, String>>) -> BTreeMap<String, String> {
     annotations
         .into_iter()
         .flatten()
-        .filter(|(k, _)| k.starts_with(ANNOTATION_PREFIX))
+        .filter(|(k, _)| WORKLOAD_ANNOTATIONS.contains(&k.as_str()))
         .collect()
 }
 
@@ -297,11 +299,13 @@ pub fn pod(p: wire::Pod, sibling: Option<&PodSample>) -> PodSample {
     }
 }
 
-/// A bare pod as its own workload.
-pub fn bare(mut p: wire::Pod) -> Workload {
+/// A bare pod as its own workload. Its labels are `sibling`'s when they are the same: bare pods
+/// come in groups that share their labels, and once only the labels the policies read are kept,
+/// most of them share one map.
+pub fn bare(mut p: wire::Pod, sibling: Option<&PodSample>) -> Workload {
     let namespace = p.metadata.namespace.take().unwrap_or_default();
     let annotations = p.metadata.annotations.take().unwrap_or_default();
-    let sample = pod(p, None);
+    let sample = pod(p, sibling);
     Workload {
         target: WorkloadRef {
             kind: Kind::Pod,
@@ -508,7 +512,7 @@ mod api_json_tests {
         assert!(sample.ready);
         assert_eq!(sample.started.map(|t| t.timestamp()), Some(1_714_557_600));
         // The same pod as its own workload: itself, ready, one of one.
-        let bare = convert::bare(slim);
+        let bare = convert::bare(slim, None);
         assert!(bare.mirror, "the mirror annotation is read");
         assert_eq!(bare.target.to_string(), "pod/shop/web-7d4b9c-x2x9z");
         assert_eq!(
@@ -525,6 +529,25 @@ mod api_json_tests {
         );
         assert_eq!(bare.pods.len(), 1);
         assert_eq!(bare.pods[0].uid, "u-1");
+        assert!(
+            bare.annotations.is_empty(),
+            "the mirror annotation is not kept"
+        );
+    }
+
+    /// A bare pod's annotations are its workload's: only those the core reads are kept, not
+    /// every key under bouncer's prefix (a test harness's memory model, a newer version's).
+    #[test]
+    fn a_workload_keeps_only_the_annotations_bouncer_reads() {
+        let mut json = pod_json();
+        json["metadata"]["annotations"] = json!({
+            "bouncer.dev/cooldown": "2h", "bouncer.dev/exclude": "false",
+            "bouncer.dev/test-memory-base": "200Mi", "bouncer.dev/something-newer": "x",
+            "team": "web",
+        });
+        let bare = convert::bare(serde_json::from_value(json).unwrap(), None);
+        let kept: Vec<_> = bare.annotations.keys().map(String::as_str).collect();
+        assert_eq!(kept, ["bouncer.dev/cooldown", "bouncer.dev/exclude"]);
     }
 
     #[test]

@@ -137,7 +137,9 @@ impl Pods {
             }
             None => {
                 p.metadata.namespace = Some(namespace);
-                let mut w = convert::bare(p);
+                // The previous bare pod in the LIST (its order: namespace, then name).
+                let sibling = self.bare.last().and_then(|w| w.pods.first());
+                let mut w = convert::bare(p, sibling);
                 if let Some(containers) = usage {
                     w.pods.iter_mut().for_each(|s| with_usage(s, &containers));
                 }
@@ -585,7 +587,7 @@ mod tests {
     }
 
     fn workload(kind: Kind, name: &str) -> Workload {
-        let mut w = convert::bare(pod(name, ("", ""), json!({})));
+        let mut w = convert::bare(pod(name, ("", ""), json!({})), None);
         w.target = WorkloadRef {
             kind,
             namespace: "shop".into(),
@@ -686,6 +688,27 @@ mod tests {
         ]);
         assert_eq!(*db.pods[0].labels, want);
         assert!(Arc::ptr_eq(&db.pods[0].labels, &db.pods[1].labels));
+    }
+
+    /// Bare pods that carry the same labels (once only those that decide something are kept)
+    /// share one map, as a ReplicaSet's pods do; a bare pod with other labels has its own.
+    #[test]
+    fn bare_pods_with_the_same_labels_share_one_map() {
+        let mut pods = Pods {
+            keep: Some(BTreeSet::from(["app".to_string()])),
+            ..Pods::default()
+        };
+        for (name, app) in [("mcp-0", "mcp"), ("mcp-1", "mcp"), ("web-0", "web")] {
+            pods.pod(pod(name, ("", ""), json!({"app": app, "pod-name": name})));
+        }
+        let (workloads, _) = group(pods, BTreeMap::new(), Vec::new());
+        let labels: Vec<_> = workloads.iter().map(|w| &w.pods[0].labels).collect();
+        assert_eq!(labels[0]["app"], "mcp");
+        assert_eq!(labels[0].len(), 1);
+        assert!(Arc::ptr_eq(labels[0], labels[1]));
+        assert!(Arc::ptr_eq(labels[1], &workloads[1].template_labels));
+        assert!(!Arc::ptr_eq(labels[1], labels[2]));
+        assert_eq!(labels[2]["app"], "web");
     }
 
     /// Any ownerReference makes a pod owned: one whose owners include no controller (a

@@ -13,9 +13,6 @@ pub fn rfc3339(t: DateTime<Utc>) -> String {
 }
 /// The pod label the StatefulSet controller sets to the revision a pod was created from.
 pub const REVISION_LABEL: &str = "controller-revision-hash";
-/// bouncer's own annotations (opt-out, overrides, attempt mark) share this prefix: a workload's
-/// other annotations are not kept.
-pub const ANNOTATION_PREFIX: &str = "bouncer.dev/";
 /// Opt-out on a workload or a namespace.
 pub const EXCLUDE_ANNOTATION: &str = "bouncer.dev/exclude";
 /// Per-workload overrides of its policies' memory threshold and cooldown (metadata annotations).
@@ -26,6 +23,14 @@ pub const COOLDOWN_ANNOTATION: &str = "bouncer.dev/cooldown";
 /// policy, method, outcome, and a few earlier ones); cooldown, schedule, backoff and breaker
 /// honour it whatever the method and outcome.
 pub const ATTEMPT_ANNOTATION: &str = "bouncer.dev/last-attempt";
+/// Every annotation of a workload's metadata that bouncer reads; the snapshot keeps no other.
+pub const WORKLOAD_ANNOTATIONS: [&str; 5] = [
+    EXCLUDE_ANNOTATION,
+    MEMORY_ABOVE_ANNOTATION,
+    PERCENT_OF_LIMIT_ANNOTATION,
+    COOLDOWN_ANNOTATION,
+    ATTEMPT_ANNOTATION,
+];
 /// On the run Lease: the marks of bare pods, which must survive the pods they describe.
 pub const BARE_ATTEMPTS_ANNOTATION: &str = "bouncer.dev/bare-pod-attempts";
 /// Set by the kubelet on mirror pods of static pods.
