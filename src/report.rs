@@ -38,6 +38,9 @@ pub struct Report {
     pub generated_at: String,
     pub summary: Summary,
     pub metrics_unavailable: Option<String>,
+    /// Policies with `spec.suspend: true`, by name (each workload they select is a skip
+    /// `suspended`).
+    pub suspended_policies: Vec<String>,
     pub rows: Vec<Row>,
 }
 
@@ -49,6 +52,8 @@ pub struct Summary {
     pub failed: usize,
     pub skipped: usize,
     pub not_attempted: usize,
+    /// Would-be bounces of dry-run policies (`spec.dryRun`): planned, never carried out.
+    pub dry_run: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -63,9 +68,12 @@ pub struct Row {
     pub pods: usize,
     pub memory: Option<MemoryReading>,
     pub triggers: Vec<TriggerRow>,
-    /// bounce (planned), skip, or a run outcome: bounced, revertedEvicted, reverted, skipped,
-    /// failed, interrupted, notAttempted.
+    /// bounce (planned), skip, dryRun (a dry-run policy's would-be bounce, never carried out),
+    /// or a run outcome: bounced, revertedEvicted, reverted, skipped, failed, interrupted,
+    /// notAttempted.
     pub decision: String,
+    /// The row's policy is a dry-run policy (`spec.dryRun: true`): nothing is done for it.
+    pub dry_run: bool,
     pub reason_code: Option<String>,
     pub reason: String,
     pub method: Option<Method>,
@@ -97,6 +105,7 @@ impl Row {
             memory,
             triggers: Vec::new(),
             decision: decision.to_string(),
+            dry_run: false,
             reason_code: None,
             reason: String::new(),
             method: None,
@@ -129,17 +138,21 @@ fn secs(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> Option<f64> {
     Some((b? - a?).num_milliseconds() as f64 / 1000.0)
 }
 
+/// The decision of a dry-run policy's would-be bounce.
+pub const DRY_RUN: &str = "dryRun";
+
 /// Builds the report. `outcomes` is None for `plan` and `run --dry-run`. The plan is consumed:
 /// its skips (most rows, in a large cluster) move into their rows rather than being copied.
 pub fn build(plan: Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
     let mut summary = Summary {
         planned: plan.bounces.len(),
         skipped: plan.skips.len(),
+        dry_run: plan.dry_run.len(),
         ..Default::default()
     };
     // Sized once: a row is a few hundred bytes, and a vector grown by doubling holds up to
     // twice the rows' memory, three times while it moves.
-    let mut rows = Vec::with_capacity(plan.bounces.len() + plan.skips.len());
+    let mut rows = Vec::with_capacity(plan.bounces.len() + plan.dry_run.len() + plan.skips.len());
     for (i, b) in plan.bounces.iter().enumerate() {
         let outcome = outcomes.and_then(|o| o.get(i));
         let mut row = Row {
@@ -203,6 +216,26 @@ pub fn build(plan: Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
         }
         rows.push(row);
     }
+    for b in &plan.dry_run {
+        let would = b.triggers.iter().map(|t| t.to_string());
+        rows.push(Row {
+            triggers: triggers(&b.triggers),
+            reason: format!(
+                "dry run (policy spec.dryRun), would bounce: {}",
+                would.collect::<Vec<_>>().join("; ")
+            ),
+            method: Some(b.method),
+            group: b.group.as_ref().map(ToString::to_string),
+            ..Row::new(
+                None,
+                &b.policy,
+                &b.target,
+                b.pods,
+                b.memory.clone(),
+                DRY_RUN,
+            )
+        });
+    }
     for s in plan.skips {
         rows.push(Row {
             order: None,
@@ -215,6 +248,7 @@ pub fn build(plan: Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
             memory: s.memory,
             triggers: Vec::new(),
             decision: "skip".into(),
+            dry_run: false,
             method: None,
             patched_at: None,
             completed_at: None,
@@ -223,6 +257,9 @@ pub fn build(plan: Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
             last_confirmed: None,
         });
     }
+    for row in &mut rows {
+        row.dry_run = plan.dry_run_policies.contains(&row.policy);
+    }
     Report {
         api_version: crate::core::policy::API_VERSION,
         kind: "BounceReport",
@@ -230,6 +267,7 @@ pub fn build(plan: Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
         generated_at: rfc3339(plan.now),
         summary,
         metrics_unavailable: plan.metrics_unavailable.clone(),
+        suspended_policies: plan.suspended_policies.iter().cloned().collect(),
         rows,
     }
 }
@@ -248,6 +286,7 @@ fn decision_cell(r: &Row, mode: Mode) -> String {
     match (r.decision.as_str(), mode) {
         ("bounce", Mode::Run) => "bounce".into(),
         ("bounce", _) => format!("would bounce #{}", r.order.unwrap_or(0)),
+        (DRY_RUN, _) => "dry run: would bounce".into(),
         (d, _) => match r.duration_seconds {
             Some(s) if r.order.is_some() && d != "skipped" => format!("{d} ({s:.1}s)"),
             _ => d.to_string(),
@@ -326,11 +365,18 @@ pub fn summary_line(r: &Report) -> String {
             s.bounced, s.failed, s.not_attempted, s.skipped
         ),
     };
+    if s.dry_run > 0 {
+        line.push_str(&format!(", {} in dry-run policies", s.dry_run));
+    }
     if r.mode == Mode::DryRun {
         line.push_str(" (dry run: nothing was changed)");
     }
     if let Some(why) = &r.metrics_unavailable {
         line.push_str(&format!("; memory triggers off: {why}"));
+    }
+    if !r.suspended_policies.is_empty() {
+        let names = r.suspended_policies.join(", ");
+        line.push_str(&format!("; suspended policies: {names}"));
     }
     line
 }

@@ -1,7 +1,7 @@
 //! The planner: a pure function from policies, inventory and `now` to an ordered plan in which
 //! every workload a policy selects is either a bounce or a skip with its reason.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -55,8 +55,14 @@ pub struct Plan {
     pub now: DateTime<Utc>,
     /// In execution order.
     pub bounces: Vec<Bounce>,
+    /// What the dry-run policies (`spec.dryRun`) would bounce, in the order they would go; the
+    /// executor never sees these.
+    pub dry_run: Vec<Bounce>,
     pub skips: Vec<Skip>,
     pub metrics_unavailable: Option<String>,
+    /// Names of the loaded policies with `spec.dryRun` and `spec.suspend`.
+    pub dry_run_policies: BTreeSet<String>,
+    pub suspended_policies: BTreeSet<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -117,6 +123,11 @@ pub fn plan_with(
     let mut units = Vec::new();
     let mut skips = Vec::new();
     for policy in &policies {
+        if policy.suspend {
+            let selected = inventory.workloads.iter().filter(|w| selects(policy, w));
+            skips.extend(selected.map(|w| skip(policy, w, None, SkipReason::Suspended)));
+            continue;
+        }
         // Sized once (a decision is a few hundred bytes): a vector grown by doubling holds up
         // to twice what it needs, three times while it moves. Pages never written to (a
         // policy that selects few workloads) take no memory.
@@ -202,23 +213,64 @@ pub fn plan_with(
             .then_with(|| x.policy.cmp(&y.policy))
     });
 
+    // Armed policies take their places first: a dry-run policy never holds back a bounce, and
+    // its would-be bounces are capped on counts of their own.
+    let dry: BTreeSet<String> = policies
+        .iter()
+        .filter(|p| p.dry_run)
+        .map(|p| p.name.clone())
+        .collect();
+    let (dry_units, units): (Vec<Unit>, Vec<Unit>) = units
+        .into_iter()
+        .partition(|u| dry.contains(&u.members[0].policy));
+    let mut chosen = BTreeMap::new();
+    let bounces = cap(units, &policies, limits, &mut chosen, &mut skips);
+    let dry_run = cap(dry_units, &policies, limits, &mut chosen, &mut skips);
+    skips.sort_by(|a, b| (&a.target, &a.policy).cmp(&(&b.target, &b.policy)));
+    Plan {
+        now,
+        bounces,
+        dry_run,
+        skips,
+        metrics_unavailable,
+        dry_run_policies: dry,
+        suspended_policies: policies
+            .iter()
+            .filter(|p| p.suspend)
+            .map(|p| p.name.clone())
+            .collect(),
+    }
+}
+
+/// Takes units in order while the caps allow: a workload is bounced by one policy per run (the
+/// first to take it; `chosen` carries the armed policies' choices into the dry-run pass), a
+/// policy's `maxPerRun` and the run's `--max-bounces` count units.
+fn cap(
+    units: Vec<Unit>,
+    policies: &[&Policy],
+    limits: &Limits,
+    chosen: &mut BTreeMap<WorkloadRef, (String, bool)>,
+    skips: &mut Vec<Skip>,
+) -> Vec<Bounce> {
     let mut bounces: Vec<Bounce> = Vec::new();
     let mut slots = 0;
     let mut per_policy: BTreeMap<String, u32> = BTreeMap::new();
-    let max_per_run: BTreeMap<&str, Option<u32>> = policies
-        .iter()
-        .map(|p| (p.name.as_str(), p.max_per_run))
-        .collect();
-    let mut chosen: BTreeMap<WorkloadRef, String> = BTreeMap::new();
+    let by_name: BTreeMap<&str, &Policy> = policies.iter().map(|p| (p.name.as_str(), *p)).collect();
     for unit in units {
         let policy = unit.members[0].policy.clone();
         let claimed = unit
             .members
             .iter()
             .find_map(|b| Some((b.target.clone(), chosen.get(&b.target)?.clone())));
-        let reason = if let Some((member, by)) = claimed {
-            Some((Some(member), SkipReason::Claimed { policy: by }))
-        } else if let Some(max) = max_per_run[policy.as_str()]
+        let reason = if let Some((member, (by, dry))) = claimed {
+            let reason = if dry {
+                SkipReason::ClaimedInDryRun { policy: by }
+            } else {
+                SkipReason::Claimed { policy: by }
+            };
+            Some((Some(member), reason))
+        } else if let Some(max) = by_name[policy.as_str()]
+            .max_per_run
             .filter(|max| per_policy.get(&policy).copied().unwrap_or(0) >= *max)
         {
             Some((None, SkipReason::PolicyCap { max }))
@@ -241,21 +293,16 @@ pub fn plan_with(
             })),
             None => {
                 slots += 1;
+                let dry = by_name[policy.as_str()].dry_run;
                 *per_policy.entry(policy).or_default() += 1;
                 for b in unit.members {
-                    chosen.insert(b.target.clone(), b.policy.clone());
+                    chosen.insert(b.target.clone(), (b.policy.clone(), dry));
                     bounces.push(b);
                 }
             }
         }
     }
-    skips.sort_by(|a, b| (&a.target, &a.policy).cmp(&(&b.target, &b.policy)));
-    Plan {
-        now,
-        bounces,
-        skips,
-        metrics_unavailable,
-    }
+    bounces
 }
 
 fn candidate(
@@ -576,3 +623,7 @@ mod prometheus_tests;
 #[cfg(test)]
 #[path = "breaker_plan_tests.rs"]
 mod breaker_plan_tests;
+
+#[cfg(test)]
+#[path = "dry_run_tests.rs"]
+mod dry_run_tests;

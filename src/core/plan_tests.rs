@@ -42,6 +42,8 @@ pub(crate) fn policy(name: &str, app: &str) -> Policy {
         cooldown: Duration::from_secs(3600),
         max_per_run: None,
         allow_downtime: false,
+        dry_run: false,
+        suspend: false,
         restart: Restart {
             method: RestartMethod::Auto,
             timeout: None,

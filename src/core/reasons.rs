@@ -309,6 +309,12 @@ pub enum SkipReason {
         server: String,
         why: NotProxy,
     },
+    /// The policy says `suspend: true`: it is not evaluated at all.
+    Suspended,
+    /// Another dry-run policy would bounce the workload this run (`spec.dryRun`).
+    ClaimedInDryRun {
+        policy: String,
+    },
 }
 
 impl SkipReason {
@@ -345,6 +351,8 @@ impl SkipReason {
             SkipReason::BlockerFailed { .. } => "blockerFailed",
             SkipReason::RestartStrategy { .. } => "restartStrategy",
             SkipReason::NotOperatorOwned { .. } => "notOperatorOwned",
+            SkipReason::Suspended => "suspended",
+            SkipReason::ClaimedInDryRun { .. } => "claimed",
         }
     }
 }
@@ -440,6 +448,10 @@ impl fmt::Display for SkipReason {
             SkipReason::PolicyCap { max } => write!(f, "maxPerRun {max} reached"),
             SkipReason::GlobalCap { max } => write!(f, "max bounces per run ({max}) reached"),
             SkipReason::Claimed { policy } => write!(f, "bounced this run by policy {policy}"),
+            SkipReason::ClaimedInDryRun { policy } => {
+                write!(f, "would be bounced this run by dry-run policy {policy}")
+            }
+            SkipReason::Suspended => write!(f, "policy suspended (spec.suspend: true)"),
             SkipReason::BadAttemptMark { error } => write!(
                 f,
                 "unreadable attempt mark ({}): {error}",

@@ -281,10 +281,12 @@ pub struct Run {
 /// notifications name it like a bounce.
 pub const BREAKER_OPEN: &str = "breakerOpen";
 
-/// A row the chat message and the `changes` rule count: the bounce queue, and workloads whose
-/// circuit breaker is open.
+/// A row the chat message and the `changes` rule count: the bounce queue, what dry-run
+/// policies would bounce, and workloads whose circuit breaker is open.
 pub fn notable(row: &crate::report::Row) -> bool {
-    row.order.is_some() || row.reason_code.as_deref() == Some(BREAKER_OPEN)
+    row.order.is_some()
+        || row.decision == crate::report::DRY_RUN
+        || row.reason_code.as_deref() == Some(BREAKER_OPEN)
 }
 
 /// Distinct workloads the run held back with an open circuit breaker.

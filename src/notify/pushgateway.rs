@@ -23,7 +23,7 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 pub const JOB: &str = "bouncer";
 
 /// Every skip reason code a row can carry (`reasonCode`); the unit tests keep it complete.
-pub const SKIP_REASONS: [&str; 31] = [
+pub const SKIP_REASONS: [&str; 32] = [
     "backingOff",
     "badAttemptMark",
     "barePodNoRollout",
@@ -54,6 +54,7 @@ pub const SKIP_REASONS: [&str; 31] = [
     "restartStrategy",
     "restartedMeanwhile",
     "rolloutInProgress",
+    "suspended",
     "unsupportedOwner",
 ];
 
@@ -146,6 +147,11 @@ pub fn exposition(report: &Report, run: &Run) -> String {
         "Bounces the last run planned",
         Gauges::one(report.summary.planned as f64),
     );
+    registry.register(
+        "bouncer_last_run_dry_run_planned",
+        "Bounces the dry-run policies (spec.dryRun) of the last run would have made; none was made",
+        Gauges::one(report.summary.dry_run as f64),
+    );
     let mut bounces = Gauges::default();
     let mut skips = Gauges::default();
     for reason in SKIP_REASONS {
@@ -153,6 +159,8 @@ pub fn exposition(report: &Report, run: &Run) -> String {
     }
     for row in &report.rows {
         match (row.order, row.decision.as_str()) {
+            // Counted in bouncer_last_run_dry_run_planned.
+            (None, crate::report::DRY_RUN) => {}
             (None, _) | (Some(_), "skipped") => {
                 let code = row.reason_code.as_deref().unwrap_or("unknown");
                 skips.add(&[("reason", code)], 1.0);

@@ -31,6 +31,7 @@ fn cut(s: &str, limit: usize) -> String {
 fn verb(decision: &str) -> &str {
     match decision {
         "bounce" => "would bounce",
+        crate::report::DRY_RUN => "dry run, would bounce",
         "revertedEvicted" => "reverted, then evicted",
         "notAttempted" => "not attempted",
         // The only skips the message shows: due workloads their circuit breaker held back.

@@ -84,8 +84,10 @@ pub(super) fn report() -> Report {
             failed: 1,
             skipped: 2,
             not_attempted: 1,
+            dry_run: 0,
         },
         metrics_unavailable: None,
+        suspended_policies: vec![],
         rows: vec![bounced, reverted, not_attempted, not_due, cooldown],
     }
 }

@@ -44,6 +44,10 @@ pub struct Policy {
     pub cooldown: Duration,
     pub max_per_run: Option<u32>,
     pub allow_downtime: bool,
+    /// `spec.dryRun`: planned as usual, its bounces reported and never carried out.
+    pub dry_run: bool,
+    /// `spec.suspend`: not evaluated; each workload it selects is a `suspended` skip.
+    pub suspend: bool,
     pub restart: Restart,
     /// A PromQL query whose any result (or failure) blocks every bounce of the policy.
     pub block_when: Option<String>,

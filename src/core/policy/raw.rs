@@ -66,6 +66,12 @@ pub struct RawSpec {
     pub overrides: Option<RawOverrides>,
     /// A circuit breaker: flag, rather than bounce, a workload that keeps needing bounces.
     pub breaker: Option<RawBreaker>,
+    /// Plan this policy as usual but bounce nothing for it: its would-be bounces are reported
+    /// (decision `dryRun`) and notified, and the run writes nothing for them (default false).
+    pub dry_run: Option<bool>,
+    /// Do not evaluate this policy at all: each workload it selects is reported skipped
+    /// `suspended` (default false).
+    pub suspend: Option<bool>,
 }
 
 /// The loosest values a workload's override annotations may set; a looser one is a skip

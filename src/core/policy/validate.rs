@@ -173,6 +173,8 @@ pub(super) fn validate(raw: RawPolicy, check: &mut Check) -> Option<Policy> {
         cooldown: cooldown?,
         max_per_run: spec.max_per_run,
         allow_downtime: spec.allow_downtime.unwrap_or(false),
+        dry_run: spec.dry_run.unwrap_or(false),
+        suspend: spec.suspend.unwrap_or(false),
         restart: restart?,
         block_when,
         overrides: overrides?,
