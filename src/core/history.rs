@@ -126,6 +126,10 @@ pub fn needs(policies: &[Policy], only: &[String]) -> Needs {
         ..Needs::default()
     };
     for p in policies {
+        // A suspended policy is not evaluated: nothing it would read is worth a query.
+        if p.suspend {
+            continue;
+        }
         if let Some(q) = &p.block_when {
             needs.blockers.insert(q.clone());
         }
@@ -253,6 +257,18 @@ spec:
             &["y".into()],
         );
         assert!(!outside.history());
+    }
+
+    #[test]
+    fn a_suspended_policy_asks_prometheus_nothing() {
+        let text = doc(
+            "s",
+            "[shop]",
+            "{above: 1Gi, sustained: 15m}",
+            "blockWhen: {prometheus: 'ALERTS'}\n  suspend: true",
+        );
+        let n = needs(&policies(&text), &[]);
+        assert!(!n.history() && !n.any(), "{n:?}");
     }
 
     #[test]
