@@ -1,5 +1,5 @@
 //! Notifications and metrics of a finished run: settings, delivery to a Slack-compatible chat
-//! webhook, a JSON webhook and a Pushgateway, and the `notifications` part of the report.
+//! webhook, a Microsoft Teams webhook, a JSON webhook and a Pushgateway, and the `notifications` part of the report.
 //!
 //! Everything here runs once per `run`, after the final report exists, and reads only that
 //! report: a failed delivery is logged and reported, never changes what was bounced, and never
@@ -8,6 +8,7 @@
 pub mod http;
 pub mod pushgateway;
 pub mod slack;
+pub mod teams;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -39,6 +40,9 @@ pub struct NotifyFlags {
     /// File holding the Slack-compatible incoming webhook URL [env: BOUNCER_NOTIFY_SLACK_URL_FILE, or the URL itself in BOUNCER_NOTIFY_SLACK_URL]
     #[arg(long, global = true, value_name = "FILE")]
     pub notify_slack_url_file: Option<PathBuf>,
+    /// File holding the Microsoft Teams incoming webhook (or Workflows webhook) URL [env: BOUNCER_NOTIFY_TEAMS_URL_FILE, or the URL itself in BOUNCER_NOTIFY_TEAMS_URL]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub notify_teams_url_file: Option<PathBuf>,
     /// File holding the URL that receives the JSON report [env: BOUNCER_NOTIFY_WEBHOOK_URL_FILE, or the URL itself in BOUNCER_NOTIFY_WEBHOOK_URL]
     #[arg(long, global = true, value_name = "FILE")]
     pub notify_webhook_url_file: Option<PathBuf>,
@@ -63,6 +67,8 @@ pub struct Env {
     pub cluster_name: Option<String>,
     pub notify_slack_url: Option<String>,
     pub notify_slack_url_file: Option<PathBuf>,
+    pub notify_teams_url: Option<String>,
+    pub notify_teams_url_file: Option<PathBuf>,
     pub notify_webhook_url: Option<String>,
     pub notify_webhook_url_file: Option<PathBuf>,
     pub notify_on: Option<String>,
@@ -90,6 +96,7 @@ impl std::fmt::Debug for SecretUrl {
 pub struct Settings {
     pub cluster_name: Option<String>,
     pub slack_url: Option<SecretUrl>,
+    pub teams_url: Option<SecretUrl>,
     pub webhook_url: Option<SecretUrl>,
     pub pushgateway_url: Option<reqwest::Url>,
     pub on: NotifyOn,
@@ -102,6 +109,7 @@ impl Default for Settings {
         Settings {
             cluster_name: None,
             slack_url: None,
+            teams_url: None,
             webhook_url: None,
             pushgateway_url: None,
             on: NotifyOn::Changes,
@@ -210,6 +218,12 @@ impl Settings {
                 env.notify_slack_url_file,
                 env.notify_slack_url,
             )?,
+            teams_url: secret_url(
+                "NOTIFY_TEAMS_URL",
+                flags.notify_teams_url_file,
+                env.notify_teams_url_file,
+                env.notify_teams_url,
+            )?,
             webhook_url: secret_url(
                 "NOTIFY_WEBHOOK_URL",
                 flags.notify_webhook_url_file,
@@ -224,7 +238,10 @@ impl Settings {
     }
 
     fn any(&self) -> bool {
-        self.slack_url.is_some() || self.webhook_url.is_some() || self.pushgateway_url.is_some()
+        self.slack_url.is_some()
+            || self.teams_url.is_some()
+            || self.webhook_url.is_some()
+            || self.pushgateway_url.is_some()
     }
 }
 
@@ -233,6 +250,7 @@ impl Settings {
 #[serde(rename_all = "camelCase")]
 pub enum Target {
     Slack,
+    Teams,
     Webhook,
     Pushgateway,
 }
@@ -241,6 +259,7 @@ impl Target {
     pub fn as_str(self) -> &'static str {
         match self {
             Target::Slack => "slack",
+            Target::Teams => "teams",
             Target::Webhook => "webhook",
             Target::Pushgateway => "pushgateway",
         }
@@ -330,6 +349,9 @@ pub async fn deliver(settings: &Settings, report: &Report, run: Run) -> Vec<Deli
             if settings.slack_url.is_some() {
                 out.push(failed(Target::Slack));
             }
+            if settings.teams_url.is_some() {
+                out.push(failed(Target::Teams));
+            }
             if settings.webhook_url.is_some() {
                 out.push(failed(Target::Webhook));
             }
@@ -355,6 +377,15 @@ pub async fn deliver(settings: &Settings, report: &Report, run: Run) -> Vec<Deli
         let request = http::Request::post(&url.0, "application/json", body);
         Some(sender.send(Target::Slack, request).await)
     };
+    let teams = async {
+        let url = settings.teams_url.as_ref()?;
+        if !send {
+            return Some(not_sent(Target::Teams));
+        }
+        let body = teams::message(report, settings.cluster_name.as_deref()).to_string();
+        let request = http::Request::post(&url.0, "application/json", body);
+        Some(sender.send(Target::Teams, request).await)
+    };
     let webhook = async {
         let url = settings.webhook_url.as_ref()?;
         if !send {
@@ -374,8 +405,11 @@ pub async fn deliver(settings: &Settings, report: &Report, run: Run) -> Vec<Deli
         };
         Some(sender.send(Target::Pushgateway, request).await)
     };
-    let (slack, webhook, metrics) = futures::join!(slack, webhook, metrics);
-    [slack, webhook, metrics].into_iter().flatten().collect()
+    let (slack, teams, webhook, metrics) = futures::join!(slack, teams, webhook, metrics);
+    [slack, teams, webhook, metrics]
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 /// One line for the table and Markdown reports, e.g. `notifications: slack sent; pushgateway

@@ -40,7 +40,7 @@ fn verb(decision: &str) -> &str {
     }
 }
 
-struct Line {
+pub(super) struct Line {
     verb: String,
     workload: String,
     /// `in 2.1s`, `after 90.0s`, or nothing.
@@ -49,7 +49,7 @@ struct Line {
     reason: Option<String>,
 }
 
-fn line(row: &Row) -> Line {
+pub(super) fn line(row: &Row) -> Line {
     let decision = row.decision.as_str();
     let took = row.duration_seconds.map(|s| match decision {
         "bounced" | "revertedEvicted" => format!("in {s:.1}s"),
@@ -78,9 +78,9 @@ fn line(row: &Row) -> Line {
 }
 
 impl Line {
-    /// e.g. `- bounced deployment/shop/api in 2.1s | memory (api-0 1.6Gi > 1.5Gi)`.
-    fn plain(&self) -> String {
-        let mut s = format!("- {} {}", self.verb, self.workload);
+    /// e.g. `bounced deployment/shop/api in 2.1s | memory (api-0 1.6Gi > 1.5Gi)`, unescaped.
+    pub(super) fn words(&self) -> String {
+        let mut s = format!("{} {}", self.verb, self.workload);
         if let Some(t) = &self.took {
             s.push(' ');
             s.push_str(t);
@@ -90,11 +90,16 @@ impl Line {
             s.push_str(" | ");
             s.push_str(part);
         }
-        escape(&s)
+        s
+    }
+
+    /// e.g. `- bounced deployment/shop/api in 2.1s | memory (api-0 1.6Gi &gt; 1.5Gi)`.
+    fn plain(&self) -> String {
+        escape(&format!("- {}", self.words()))
     }
 }
 
-fn title(cluster: Option<&str>) -> String {
+pub(super) fn title(cluster: Option<&str>) -> String {
     match cluster {
         Some(c) => format!("bouncer on {c}"),
         None => "bouncer".to_string(),

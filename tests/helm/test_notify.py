@@ -21,6 +21,7 @@ NOTIFY_ENV = {"BOUNCER_NOTIFY_ON", "BOUNCER_NOTIFY_TIMEOUT", "BOUNCER_NOTIFY_RET
 
 SECRETS = {
     "notify": {"slack": {"secretName": "bouncer-notify"},
+               "teams": {"secretName": "bouncer-teams"},
                "webhook": {"secretName": "automation", "secretKey": "url"}},
 }
 RULE_VALUES = {
@@ -49,8 +50,9 @@ def test_webhook_urls_are_files_from_a_projected_secret_volume():
     cj = cronjob(SECRETS)
     env = env_of(cj)
     assert env["BOUNCER_NOTIFY_SLACK_URL_FILE"] == "/etc/bouncer/notify/slack-url"
+    assert env["BOUNCER_NOTIFY_TEAMS_URL_FILE"] == "/etc/bouncer/notify/teams-url"
     assert env["BOUNCER_NOTIFY_WEBHOOK_URL_FILE"] == "/etc/bouncer/notify/webhook-url"
-    assert "BOUNCER_NOTIFY_SLACK_URL" not in env and "BOUNCER_NOTIFY_WEBHOOK_URL" not in env
+    assert not {"BOUNCER_NOTIFY_SLACK_URL", "BOUNCER_NOTIFY_TEAMS_URL", "BOUNCER_NOTIFY_WEBHOOK_URL"} & set(env)
     assert {k: env[k] for k in NOTIFY_ENV} == {
         "BOUNCER_NOTIFY_ON": "changes", "BOUNCER_NOTIFY_TIMEOUT": "5s", "BOUNCER_NOTIFY_RETRIES": "2"}
     mount = next(m for m in container(cj)["volumeMounts"] if m["name"] == "notify")
@@ -58,6 +60,7 @@ def test_webhook_urls_are_files_from_a_projected_secret_volume():
     volume = next(v for v in pod_spec(cj)["volumes"] if v["name"] == "notify")
     assert volume["projected"]["sources"] == [
         {"secret": {"name": "bouncer-notify", "items": [{"key": "slack-url", "path": "slack-url"}]}},
+        {"secret": {"name": "bouncer-teams", "items": [{"key": "teams-url", "path": "teams-url"}]}},
         {"secret": {"name": "automation", "items": [{"key": "url", "path": "webhook-url"}]}},
     ]
     # The root filesystem stays read-only; only the Secret's files appear.
@@ -70,6 +73,7 @@ def test_webhook_urls_as_env_come_from_secret_key_refs():
     cj = cronjob(values)
     env = env_of(cj)
     assert env["BOUNCER_NOTIFY_SLACK_URL"] == {"secretKeyRef": {"name": "bouncer-notify", "key": "slack-url"}}
+    assert env["BOUNCER_NOTIFY_TEAMS_URL"] == {"secretKeyRef": {"name": "bouncer-teams", "key": "teams-url"}}
     assert env["BOUNCER_NOTIFY_WEBHOOK_URL"] == {"secretKeyRef": {"name": "automation", "key": "url"}}
     assert not {k for k in env if k.endswith("_FILE")}
     assert "notify" not in [v["name"] for v in pod_spec(cj)["volumes"]]
@@ -96,7 +100,8 @@ def test_pushgateway_and_cluster_name():
 
 def test_notes_name_the_targets():
     text = notes(render({**SECRETS, **RULE_VALUES}, **WITH_OPERATOR))
-    assert "the chat webhook (Secret bouncer-notify), the JSON webhook (Secret automation), " \
+    assert "the chat webhook (Secret bouncer-notify), the Teams webhook (Secret bouncer-teams), " \
+           "the JSON webhook (Secret automation), " \
            "the Pushgateway http://pushgateway.monitoring:9091" in text
     assert "no alert rule was installed" not in text
 

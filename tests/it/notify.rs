@@ -90,6 +90,8 @@ async fn a_bounce_reaches_the_chat_the_json_webhook_and_the_pushgateway() {
     let policies = leaky(&client, n).await;
     let chat = Receiver::start(Answer::Status(200)).await;
     let hook = Receiver::start(Answer::Status(200)).await;
+    let teams = Receiver::start(Answer::Status(200)).await;
+    let teams_url = teams.url("/webhookb2/tenant/IncomingWebhook/secret");
     let gateway = Pushgateway::start().await.expect("Pushgateway");
     let cluster = format!("dev-{n}");
     let (slack_url, hook_url) = (chat.url("/services/T0/B0/secret"), hook.url("/reports"));
@@ -102,6 +104,7 @@ async fn a_bounce_reaches_the_chat_the_json_webhook_and_the_pushgateway() {
             ("BOUNCER_CLUSTER_NAME", &cluster),
             ("BOUNCER_NOTIFY_SLACK_URL", &slack_url),
             ("BOUNCER_NOTIFY_WEBHOOK_URL", &hook_url),
+            ("BOUNCER_NOTIFY_TEAMS_URL", &teams_url),
             ("BOUNCER_PUSHGATEWAY_URL", &gateway.url()),
         ],
     )
@@ -111,7 +114,7 @@ async fn a_bounce_reaches_the_chat_the_json_webhook_and_the_pushgateway() {
     assert_eq!(run.bounced(), ["web"], "{:#}", run.report);
     let row = run.row("web");
     let sent = notifications(&run);
-    for target in ["slack", "webhook", "pushgateway"] {
+    for target in ["slack", "teams", "webhook", "pushgateway"] {
         assert_eq!(
             sent[target]["status"], "sent",
             "{target}: {:#}",
@@ -179,6 +182,42 @@ async fn a_bounce_reaches_the_chat_the_json_webhook_and_the_pushgateway() {
             "cluster {cluster} · bouncer run · {}",
             run.report["generatedAt"].as_str().unwrap()
         )
+    );
+
+    // The Teams message: one POST of an Adaptive Card in a message envelope, the same lines.
+    let got = teams.requests();
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert_eq!(
+        (got[0].method.as_str(), got[0].path.as_str()),
+        ("POST", "/webhookb2/tenant/IncomingWebhook/secret")
+    );
+    assert_eq!(got[0].headers["content-type"], "application/json");
+    let card = got[0].json();
+    assert_eq!(card["type"], "message", "{card:#}");
+    let attachment = &card["attachments"][0];
+    assert_eq!(
+        attachment["contentType"],
+        "application/vnd.microsoft.card.adaptive"
+    );
+    assert_eq!(attachment["content"]["type"], "AdaptiveCard");
+    assert_eq!(attachment["content"]["version"], "1.4");
+    let body: Vec<&str> = attachment["content"]["body"]
+        .as_array()
+        .expect("a card body")
+        .iter()
+        .map(|b| b["text"].as_str().expect("text blocks"))
+        .collect();
+    assert_eq!(
+        body,
+        [
+            format!("bouncer on {cluster}"),
+            summary.to_string(),
+            format!("- bounced deployment/{n}/web in {duration:.1}s | {trigger}"),
+            format!(
+                "cluster {cluster} · bouncer run · {}",
+                run.report["generatedAt"].as_str().unwrap()
+            ),
+        ]
     );
 
     // The JSON webhook: the report as stdout has it, without the notifications being sent.
