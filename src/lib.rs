@@ -384,20 +384,20 @@ async fn run_locked(
         };
         let budget = (settings.rollout_timeout, settings.verify_settle);
         let outcomes = execute::execute(&plan, policies, &mut edge, budget, &stop).await;
-        // An open breaker that held a due workload back is told on the workload, once per run
-        // (a dry run and a plan write nothing).
-        let skips = plan.skips.iter();
-        let skips = skips.map(|s| (&s.target, s.policy.as_str(), &s.reason));
-        for (target, note) in core::breaker::events(skips) {
-            cluster::events::emit(
-                client,
-                &target,
-                core::literals::REASON_BREAKER_OPEN,
-                &note,
-                cluster::events::Severity::Warning,
-                clock(),
-            )
-            .await;
+        // A due workload held back by its open breaker or its blockWhen is told on the workload,
+        // at most once an hour while it lasts (a dry run and a plan write nothing).
+        if let Some(guard) = lease {
+            let told = guard.told().await;
+            let skips = plan.skips.iter();
+            let skips = skips.map(|s| (&s.target, s.policy.as_str(), &s.reason));
+            let (notices, told) = core::notice::notices(skips, &told, clock());
+            for n in &notices {
+                let warning = cluster::events::Severity::Warning;
+                cluster::events::emit(client, &n.target, n.reason, &n.note, warning, clock()).await;
+            }
+            if let Err(e) = guard.record_told(&told).await {
+                tracing::warn!("{e}");
+            }
         }
         Some(outcomes)
     } else {

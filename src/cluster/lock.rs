@@ -12,8 +12,9 @@ use tokio::sync::watch;
 
 use super::error::ClusterError;
 use super::retry::with_retries;
-use crate::core::literals::BARE_ATTEMPTS_ANNOTATION;
+use crate::core::literals::{BARE_ATTEMPTS_ANNOTATION, TOLD_ANNOTATION};
 use crate::core::mark::{Attempt, BareMarks, decode_bare, merge_bare};
+use crate::core::notice::Told;
 
 /// Why the run must stop (SIGTERM, the lock lost); `None` while it may go on.
 pub type Stop = Option<String>;
@@ -353,6 +354,55 @@ impl LeaseGuard {
         )
         .await
         .map_err(|e| format!("recording the attempt on pod {key} in the Lease {name}: {e}"))
+    }
+
+    /// When each held-back workload was last told by an Event, from the Lease. Unreadable or
+    /// unreachable reads as nothing told: the worst case is one Event too many.
+    pub async fn told(&self) -> Told {
+        let annotation = match self.api.get(&self.name).await {
+            Ok(lease) => lease
+                .metadata
+                .annotations
+                .and_then(|mut a| a.remove(TOLD_ANNOTATION)),
+            Err(e) => {
+                tracing::warn!("reading {TOLD_ANNOTATION} of the Lease {}: {e}", self.name);
+                None
+            }
+        };
+        annotation
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default()
+    }
+
+    /// Records what was told (read-modify-write; a 409 from a concurrent renewal is retried).
+    pub async fn record_told(&self, told: &Told) -> Result<(), String> {
+        let name = self.name.as_str();
+        let text = serde_json::to_string(told).unwrap_or_default();
+        with_retries(
+            &format!("record {TOLD_ANNOTATION} on the Lease {name}"),
+            || async {
+                let mut lease = self.api.get(name).await?;
+                let annotations = lease
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(Default::default);
+                if told.is_empty() {
+                    if annotations.remove(TOLD_ANNOTATION).is_none() {
+                        return Ok(());
+                    }
+                } else if annotations.get(TOLD_ANNOTATION) == Some(&text) {
+                    return Ok(());
+                } else {
+                    annotations.insert(TOLD_ANNOTATION.to_string(), text.clone());
+                }
+                self.api
+                    .replace(name, &PostParams::default(), &lease)
+                    .await?;
+                Ok(())
+            },
+        )
+        .await
+        .map_err(|e| format!("recording {TOLD_ANNOTATION} on the Lease {name}: {e}"))
     }
 
     /// Gives the lease up so the next run need not wait for it to expire.

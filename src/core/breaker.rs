@@ -4,13 +4,12 @@
 //! `breaker.per` is not bounced again until the oldest of them leaves the window (the circuit
 //! breaker), and every run that refuses it says so. Both read only the attempt mark.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::core::mark::AttemptHistory;
-use crate::core::model::{Workload, WorkloadRef};
+use crate::core::model::Workload;
 use crate::core::policy::{Breaker, Policy};
 use crate::core::reasons::SkipReason;
 
@@ -90,22 +89,6 @@ pub fn breaker(
         }),
         _ => Ok(()),
     }
-}
-
-/// The Warning Events a run records for its open breakers, from the plan's skips (workload,
-/// policy, reason): one per workload whose bounce the breaker refused in this run's plan (so at
-/// most one per run, and only while the workload is due).
-pub fn events<'a>(
-    skips: impl IntoIterator<Item = (&'a WorkloadRef, &'a str, &'a SkipReason)>,
-) -> Vec<(WorkloadRef, String)> {
-    let mut out: BTreeMap<WorkloadRef, String> = BTreeMap::new();
-    for (target, policy, reason) in skips {
-        if let SkipReason::BreakerOpen { .. } = reason {
-            out.entry(target.clone())
-                .or_insert_with(|| format!("not bounced by policy {policy}: {reason}"));
-        }
-    }
-    out.into_iter().collect()
 }
 
 #[cfg(test)]

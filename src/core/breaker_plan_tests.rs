@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::*;
-use crate::core::breaker::events;
 use crate::core::mark::{Attempt, AttemptHistory, AttemptOutcome};
+use crate::core::notice::{Told, notices};
 use crate::core::policy::Breaker;
 use crate::core::reasons::SkipReason;
 
@@ -16,12 +16,13 @@ fn t(secs: i64) -> DateTime<Utc> {
 /// A mark's attempts as (time, outcome), oldest first.
 type Marks<'a> = &'a [(&'a str, &'a str)];
 
+/// The Events a first run (nothing told yet) records for the plan's skips.
 fn plan_events(skips: &[Skip]) -> Vec<(WorkloadRef, String)> {
-    events(
-        skips
-            .iter()
-            .map(|s| (&s.target, s.policy.as_str(), &s.reason)),
-    )
+    let skips = skips
+        .iter()
+        .map(|s| (&s.target, s.policy.as_str(), &s.reason));
+    let (told, _) = notices(skips, &Told::new(), t(0));
+    told.into_iter().map(|n| (n.target, n.note)).collect()
 }
 
 #[test]

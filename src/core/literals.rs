@@ -53,6 +53,10 @@ pub const REASON_FAILED: &str = "BounceFailed";
 pub const REASON_REVERTED: &str = "BounceReverted";
 /// A due workload the circuit breaker (`spec.breaker`) kept from being bounced (Warning).
 pub const REASON_BREAKER_OPEN: &str = "BounceBreakerOpen";
+/// A due workload its policy's `blockWhen` held back: a firing alert, or no answer (Warning).
+pub const REASON_BLOCKED: &str = "BounceBlocked";
+/// On the run Lease: when each held-back workload was last told by an Event (`core::notice`).
+pub const TOLD_ANNOTATION: &str = "bouncer.dev/told";
 /// ToolHive's MCPServer (group toolhive.stacklok.dev): its operator restarts the proxy
 /// Deployment when the resource's `restarted-at` annotation (RFC3339) is newer than its
 /// `last-processed-restart`, and writes the time it did so on the pod template under the same key.

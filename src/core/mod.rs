@@ -15,6 +15,7 @@ pub mod literals;
 pub mod mark;
 pub mod memory;
 pub mod model;
+pub mod notice;
 pub mod outcome;
 pub mod overrides;
 pub mod plan;

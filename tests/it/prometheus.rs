@@ -14,7 +14,10 @@ use kube::Client;
 
 use futures::StreamExt;
 
-use crate::harness::{Policies, bouncer, bouncer_env, next_minute, pods, policy};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+
+use crate::harness::{Policies, bouncer, bouncer_env, bouncer_events, next_minute, pods, policy};
 
 /// Each Prometheus query's latency in the log.
 const LOG: &str = "info,bouncer::cluster::prometheus=debug";
@@ -296,6 +299,37 @@ async fn a_firing_alert_blocks_and_a_dead_prometheus_turns_history_off() {
         "{text}"
     );
     eprintln!("$ bouncer explain {target}\n{text}");
+
+    // A run tells the held-back workload with a Warning Event (a plan wrote none), once an
+    // hour: a second run right after writes no second one; the Lease remembers when.
+    assert!(
+        bouncer_events(&client, n, "nightly", "BounceBlocked")
+            .await
+            .is_empty()
+    );
+    for _ in 0..2 {
+        let run = bouncer(&["run", "--prometheus-url", url.as_str()], &policies, n).await;
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert_eq!(run.row("nightly")["reasonCode"], "blocked");
+    }
+    let events = bouncer_events(&client, n, "nightly", "BounceBlocked").await;
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        events[0].note.as_deref(),
+        Some("not bounced by policy nightly: blocked by blockWhen: AlwaysFiring")
+    );
+    let lease = Api::<Lease>::namespaced(client.clone(), n)
+        .get("bouncer")
+        .await
+        .expect("the run Lease");
+    let told: serde_json::Value =
+        serde_json::from_str(&lease.metadata.annotations.expect("annotations")["bouncer.dev/told"])
+            .expect("told is JSON");
+    assert!(
+        told[format!("BounceBlocked/deployment/{n}/nightly")].is_string(),
+        "{told:#}"
+    );
 
     // Nothing listens there: the blocker fails closed, the history trigger is off, and a
     // schedule without a blocker still bounces.
