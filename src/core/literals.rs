@@ -13,6 +13,9 @@ pub fn rfc3339(t: DateTime<Utc>) -> String {
 }
 /// The pod label the StatefulSet controller sets to the revision a pod was created from.
 pub const REVISION_LABEL: &str = "controller-revision-hash";
+/// bouncer's own annotations (opt-out, overrides, marks) share this prefix; the chart's admission
+/// policy lets bouncer's ServiceAccount change only its marks under it.
+pub const ANNOTATION_PREFIX: &str = "bouncer.dev/";
 /// Opt-out on a workload or a namespace.
 pub const EXCLUDE_ANNOTATION: &str = "bouncer.dev/exclude";
 /// Per-workload overrides of its policies' memory threshold and cooldown (metadata annotations).
