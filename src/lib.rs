@@ -387,16 +387,17 @@ async fn run_locked(
         // A due workload held back by its open breaker or its blockWhen is told on the workload,
         // at most once an hour while it lasts (a dry run and a plan write nothing).
         if let Some(guard) = lease {
-            let told = guard.told().await;
-            let skips = plan.skips.iter();
-            let skips = skips.map(|s| (&s.target, s.policy.as_str(), &s.reason));
-            let (notices, told) = core::notice::notices(skips, &told, clock());
+            let skips = || {
+                let skips = plan.skips.iter();
+                skips.map(|s| (&s.target, s.policy.as_str(), &s.reason))
+            };
+            let now = clock();
+            let notices = guard
+                .tell(|told| core::notice::notices(skips(), told, now))
+                .await;
             for n in &notices {
                 let warning = cluster::events::Severity::Warning;
                 cluster::events::emit(client, &n.target, n.reason, &n.note, warning, clock()).await;
-            }
-            if let Err(e) = guard.record_told(&told).await {
-                tracing::warn!("{e}");
             }
         }
         Some(outcomes)

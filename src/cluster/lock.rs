@@ -326,83 +326,74 @@ pub async fn read_bare_marks(
 }
 
 impl LeaseGuard {
-    /// Records a bare pod's attempt on the Lease (read-modify-write; a 409 from a concurrent
-    /// renewal is retried). Returns the marks as written.
-    pub async fn record_bare(&self, key: String, attempt: &Attempt) -> Result<BareMarks, String> {
+    /// Read-modify-write of one annotation of the Lease: `change` maps its value (None when
+    /// absent) to the new one (None removes it) and a result; an unchanged value writes nothing.
+    /// A 409 from a concurrent renewal is retried, calling `change` again on the fresh value.
+    async fn update_annotation<T>(
+        &self,
+        key: &str,
+        change: impl Fn(Option<&str>) -> (Option<String>, T),
+    ) -> Result<T, kube::Error> {
         let name = self.name.as_str();
-        with_retries(
-            &format!("record the attempt on {key} in the Lease {name}"),
-            || async {
-                let mut lease = self.api.get(name).await?;
-                let annotations = lease
-                    .metadata
-                    .annotations
-                    .get_or_insert_with(Default::default);
-                // An unreadable map made the planner skip every bare pod; starting afresh is safe.
-                let marks = annotations
-                    .get(BARE_ATTEMPTS_ANNOTATION)
-                    .and_then(|t| decode_bare(t).ok())
-                    .unwrap_or_default();
-                let marks = merge_bare(marks, key.clone(), attempt);
-                let text = serde_json::to_string(&marks).unwrap_or_default();
-                annotations.insert(BARE_ATTEMPTS_ANNOTATION.to_string(), text);
-                self.api
-                    .replace(name, &PostParams::default(), &lease)
-                    .await?;
-                Ok(marks)
-            },
-        )
-        .await
-        .map_err(|e| format!("recording the attempt on pod {key} in the Lease {name}: {e}"))
-    }
-
-    /// When each held-back workload was last told by an Event, from the Lease. Unreadable or
-    /// unreachable reads as nothing told: the worst case is one Event too many.
-    pub async fn told(&self) -> Told {
-        let annotation = match self.api.get(&self.name).await {
-            Ok(lease) => lease
+        with_retries(&format!("update {key} on the Lease {name}"), || async {
+            let mut lease = self.api.get(name).await?;
+            let annotations = lease
                 .metadata
                 .annotations
-                .and_then(|mut a| a.remove(TOLD_ANNOTATION)),
-            Err(e) => {
-                tracing::warn!("reading {TOLD_ANNOTATION} of the Lease {}: {e}", self.name);
-                None
+                .get_or_insert_with(Default::default);
+            let (value, out) = change(annotations.get(key).map(String::as_str));
+            if value.as_ref() == annotations.get(key) {
+                return Ok(out);
             }
-        };
-        annotation
-            .and_then(|text| serde_json::from_str(&text).ok())
-            .unwrap_or_default()
+            match value {
+                Some(v) => annotations.insert(key.to_string(), v),
+                None => annotations.remove(key),
+            };
+            self.api
+                .replace(name, &PostParams::default(), &lease)
+                .await?;
+            Ok(out)
+        })
+        .await
     }
 
-    /// Records what was told (read-modify-write; a 409 from a concurrent renewal is retried).
-    pub async fn record_told(&self, told: &Told) -> Result<(), String> {
-        let name = self.name.as_str();
-        let text = serde_json::to_string(told).unwrap_or_default();
-        with_retries(
-            &format!("record {TOLD_ANNOTATION} on the Lease {name}"),
-            || async {
-                let mut lease = self.api.get(name).await?;
-                let annotations = lease
-                    .metadata
-                    .annotations
-                    .get_or_insert_with(Default::default);
-                if told.is_empty() {
-                    if annotations.remove(TOLD_ANNOTATION).is_none() {
-                        return Ok(());
-                    }
-                } else if annotations.get(TOLD_ANNOTATION) == Some(&text) {
-                    return Ok(());
-                } else {
-                    annotations.insert(TOLD_ANNOTATION.to_string(), text.clone());
-                }
-                self.api
-                    .replace(name, &PostParams::default(), &lease)
-                    .await?;
-                Ok(())
-            },
-        )
+    /// Records a bare pod's attempt on the Lease. Returns the marks as written.
+    pub async fn record_bare(&self, key: String, attempt: &Attempt) -> Result<BareMarks, String> {
+        self.update_annotation(BARE_ATTEMPTS_ANNOTATION, |text| {
+            // An unreadable map made the planner skip every bare pod; starting afresh is safe.
+            let marks = text.and_then(|t| decode_bare(t).ok()).unwrap_or_default();
+            let marks = merge_bare(marks, key.clone(), attempt);
+            (
+                Some(serde_json::to_string(&marks).unwrap_or_default()),
+                marks,
+            )
+        })
         .await
-        .map_err(|e| format!("recording {TOLD_ANNOTATION} on the Lease {name}: {e}"))
+        .map_err(|e| {
+            let name = &self.name;
+            format!("recording the attempt on pod {key} in the Lease {name}: {e}")
+        })
+    }
+
+    /// The Events to record now, as `decide` picks them from what the Lease says was told when
+    /// (`core::notice::notices`), with what it returns to remember recorded in the same write.
+    /// An unreadable annotation reads as nothing told, and a Lease that cannot be updated leaves
+    /// every notice due: the worst case is one Event too many, never a missing one.
+    pub async fn tell<N>(&self, decide: impl Fn(&Told) -> (Vec<N>, Told)) -> Vec<N> {
+        let outcome = self
+            .update_annotation(TOLD_ANNOTATION, |text| {
+                let told = text
+                    .and_then(|t| serde_json::from_str(t).ok())
+                    .unwrap_or_default();
+                let (due, next) = decide(&told);
+                let value = (!next.is_empty()).then(|| serde_json::to_string(&next));
+                (value.and_then(Result::ok), due)
+            })
+            .await;
+        outcome.unwrap_or_else(|e| {
+            tracing::warn!("{TOLD_ANNOTATION} on the Lease {}: {e}", self.name);
+            decide(&Told::new()).0
+        })
     }
 
     /// Gives the lease up so the next run need not wait for it to expire.
