@@ -3,21 +3,6 @@
 use super::tests::*;
 use super::*;
 
-fn leaky(n: u64) -> Inventory {
-    inventory(
-        (1..=n)
-            .map(|i| {
-                deployment(
-                    "a",
-                    &format!("w{i}"),
-                    "x",
-                    vec![pod(&format!("p{i}"), "x", OLD, Some(500 + i))],
-                )
-            })
-            .collect(),
-    )
-}
-
 fn dry(mut p: Policy) -> Policy {
     p.dry_run = true;
     p

@@ -436,10 +436,10 @@ fn bare_pods_and_ondelete_use_eviction_and_respect_pdbs() {
     );
 }
 
-#[test]
-fn caps_and_one_bounce_per_workload_across_policies() {
-    let inv = inventory(
-        (1..=5)
+/// `n` Deployments w1..wN in namespace a, each one old pod over 500 MiB (wN the most).
+pub(crate) fn leaky(n: u64) -> Inventory {
+    inventory(
+        (1..=n)
             .map(|i| {
                 deployment(
                     "a",
@@ -449,7 +449,12 @@ fn caps_and_one_bounce_per_workload_across_policies() {
                 )
             })
             .collect(),
-    );
+    )
+}
+
+#[test]
+fn caps_and_one_bounce_per_workload_across_policies() {
+    let inv = leaky(5);
     let mut capped = over(policy("a-capped", "x"), 100);
     capped.max_per_run = Some(2);
     let other = over(policy("b-other", "x"), 100);

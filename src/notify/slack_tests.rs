@@ -4,7 +4,7 @@ use serde_json::json;
 
 use super::*;
 use crate::core::model::Kind;
-use crate::notify::tests::{quiet_report, report, row};
+use crate::notify::tests::{queue, quiet_report, report, row};
 
 #[test]
 fn golden_message_of_a_run() {
@@ -99,20 +99,10 @@ fn failures_carry_their_reason_escaped_and_cut() {
 #[test]
 fn a_long_queue_is_cut_to_what_slack_shows() {
     let mut r = report();
-    r.rows = (1..=100)
-        .map(|i| {
-            let mut b = row(
-                Some(i),
-                "p",
-                Kind::Deployment,
-                "namespace",
-                &format!("workload-{i:03}"),
-            );
-            b.decision = "bounced".into();
-            b.duration_seconds = Some(1.5);
-            b
-        })
-        .collect();
+    r.rows = queue(100, "bounced");
+    for b in &mut r.rows {
+        b.duration_seconds = Some(1.5);
+    }
     let m = message(&r, None);
     let section = m["blocks"][2]["text"]["text"].as_str().unwrap();
     assert!(section.len() <= 3000, "{}", section.len());

@@ -4,7 +4,7 @@ use serde_json::json;
 
 use super::*;
 use crate::core::model::Kind;
-use crate::notify::tests::{quiet_report, report, row};
+use crate::notify::tests::{queue, quiet_report, report, row};
 
 fn body(m: &Value) -> &Vec<Value> {
     assert_eq!(m["type"], "message", "{m:#}");
@@ -80,20 +80,10 @@ fn a_dry_run_policy_row_says_what_it_would_bounce() {
 #[test]
 fn a_long_queue_stays_far_below_what_teams_takes() {
     let mut r = report();
-    r.rows = (1..=300)
-        .map(|i| {
-            let mut b = row(
-                Some(i),
-                "p",
-                Kind::Deployment,
-                "namespace",
-                &format!("workload-{i:03}"),
-            );
-            b.decision = "failed".into();
-            b.reason = "x".repeat(400);
-            b
-        })
-        .collect();
+    r.rows = queue(300, "failed");
+    for b in &mut r.rows {
+        b.reason = "x".repeat(400);
+    }
     let m = message(&r, None);
     // Teams refuses a message over 28 KB.
     assert!(m.to_string().len() < 28 * 1024, "{}", m.to_string().len());
