@@ -237,11 +237,17 @@ impl Settings {
         })
     }
 
-    fn any(&self) -> bool {
-        self.slack_url.is_some()
-            || self.teams_url.is_some()
-            || self.webhook_url.is_some()
-            || self.pushgateway_url.is_some()
+    /// The configured delivery targets, in the order the report lists them.
+    fn targets(&self) -> Vec<Target> {
+        [
+            (Target::Slack, self.slack_url.is_some()),
+            (Target::Teams, self.teams_url.is_some()),
+            (Target::Webhook, self.webhook_url.is_some()),
+            (Target::Pushgateway, self.pushgateway_url.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(target, set)| set.then_some(target))
+        .collect()
     }
 }
 
@@ -332,7 +338,7 @@ pub fn webhook_body(report: &Report) -> String {
 /// Sends the run's notifications and metrics, all at once, each with bounded retries, and says
 /// how each went. A plan (`bouncer plan`) notifies nobody.
 pub async fn deliver(settings: &Settings, report: &Report, run: Run) -> Vec<Delivery> {
-    if report.mode == Mode::Plan || !settings.any() {
+    if report.mode == Mode::Plan || settings.targets().is_empty() {
         return Vec::new();
     }
     let sender = match http::Sender::new(settings.timeout, settings.retries) {
@@ -345,20 +351,7 @@ pub async fn deliver(settings: &Settings, report: &Report, run: Run) -> Vec<Deli
                 attempts: 0,
                 detail: Some(format!("no HTTP client: {e}")),
             };
-            let mut out = Vec::new();
-            if settings.slack_url.is_some() {
-                out.push(failed(Target::Slack));
-            }
-            if settings.teams_url.is_some() {
-                out.push(failed(Target::Teams));
-            }
-            if settings.webhook_url.is_some() {
-                out.push(failed(Target::Webhook));
-            }
-            if settings.pushgateway_url.is_some() {
-                out.push(failed(Target::Pushgateway));
-            }
-            return out;
+            return settings.targets().into_iter().map(failed).collect();
         }
     };
     let send = worth_sending(report, settings.on);
@@ -368,32 +361,28 @@ pub async fn deliver(settings: &Settings, report: &Report, run: Run) -> Vec<Deli
         attempts: 0,
         detail: Some("nothing was due (notify on: changes)".into()),
     };
-    let slack = async {
-        let url = settings.slack_url.as_ref()?;
-        if !send {
-            return Some(not_sent(Target::Slack));
+    // A POST of JSON to a webhook URL, if configured; only when the run is worth telling.
+    let post = |target: Target, url: Option<&SecretUrl>, body: &dyn Fn() -> String| {
+        let request = url.map(|url| http::Request::post(&url.0, "application/json", body()));
+        let sender = &sender;
+        async move {
+            let request = request?;
+            if !send {
+                return Some(not_sent(target));
+            }
+            Some(sender.send(target, request).await)
         }
-        let body = slack::message(report, settings.cluster_name.as_deref()).to_string();
-        let request = http::Request::post(&url.0, "application/json", body);
-        Some(sender.send(Target::Slack, request).await)
     };
-    let teams = async {
-        let url = settings.teams_url.as_ref()?;
-        if !send {
-            return Some(not_sent(Target::Teams));
-        }
-        let body = teams::message(report, settings.cluster_name.as_deref()).to_string();
-        let request = http::Request::post(&url.0, "application/json", body);
-        Some(sender.send(Target::Teams, request).await)
-    };
-    let webhook = async {
-        let url = settings.webhook_url.as_ref()?;
-        if !send {
-            return Some(not_sent(Target::Webhook));
-        }
-        let request = http::Request::post(&url.0, "application/json", webhook_body(report));
-        Some(sender.send(Target::Webhook, request).await)
-    };
+    let cluster = settings.cluster_name.as_deref();
+    let slack = post(Target::Slack, settings.slack_url.as_ref(), &|| {
+        slack::message(report, cluster).to_string()
+    });
+    let teams = post(Target::Teams, settings.teams_url.as_ref(), &|| {
+        teams::message(report, cluster).to_string()
+    });
+    let webhook = post(Target::Webhook, settings.webhook_url.as_ref(), &|| {
+        webhook_body(report)
+    });
     let metrics = async {
         let base = settings.pushgateway_url.as_ref()?;
         let cluster = settings.cluster_name.as_deref().unwrap_or("");

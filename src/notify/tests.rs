@@ -7,6 +7,18 @@ use super::*;
 use crate::core::model::{Kind, WorkloadRef};
 use crate::report::{Row, Summary, TriggerRow};
 
+/// `n` rows of the bounce queue, workload-001 onwards in one namespace, each `decision`.
+pub(super) fn queue(n: usize, decision: &str) -> Vec<Row> {
+    (1..=n)
+        .map(|i| {
+            let name = format!("workload-{i:03}");
+            let mut b = row(Some(i), "p", Kind::Deployment, "namespace", &name);
+            b.decision = decision.into();
+            b
+        })
+        .collect()
+}
+
 pub(super) fn row(order: Option<usize>, policy: &str, kind: Kind, ns: &str, name: &str) -> Row {
     let workload = WorkloadRef {
         kind,
@@ -111,7 +123,7 @@ fn merge(flags: NotifyFlags, env: Env) -> Result<Settings, String> {
 fn defaults_notify_nobody() {
     let s = merge(NotifyFlags::default(), Env::default()).unwrap();
     assert_eq!(s, Settings::default());
-    assert!(!s.any());
+    assert!(s.targets().is_empty());
     assert_eq!(s.on, NotifyOn::Changes);
     assert_eq!((s.timeout, s.retries), (Duration::from_secs(5), 2));
 }
