@@ -313,10 +313,9 @@ impl Kube<'_> {
     fn with_bare_mark(&self, w: &mut Workload) {
         if w.target.kind == Kind::Pod {
             let key = bare_key(&w.target.namespace, &w.target.name);
-            w.attempt = self
-                .bare_marks
-                .get(&key)
-                .map_or(AttemptMark::None, |a| AttemptMark::Seen(a.clone()));
+            w.attempt = self.bare_marks.get(&key).map_or(AttemptMark::None, |a| {
+                AttemptMark::Seen(Box::new(a.clone()))
+            });
         }
     }
 

@@ -183,13 +183,13 @@ async fn explain(settings: &Settings, words: &[String]) -> ExitStatus {
         }
     };
     let lease_ns = settings.lease_namespace.clone();
-    let clients_pair = (&clients.api, &clients.metrics);
+    let clients_triple = (&clients.api, &clients.lists, &clients.metrics);
     let Observed {
         inventory,
         prometheus,
         now,
         ..
-    } = match observe(settings, clients_pair, &policies, &lease_ns).await {
+    } = match observe(settings, clients_triple, &policies, &lease_ns).await {
         Ok(seen) => seen,
         Err(status) => return status,
     };
@@ -242,7 +242,11 @@ async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus
             Ok(c) => c,
             Err(e) => return cluster_failed(e),
         };
-    let (client, metrics) = (clients.api, clients.metrics);
+    let cluster::Clients {
+        api: client,
+        lists,
+        metrics,
+    } = clients;
     let (stop_tx, stop_rx) = watch::channel(None);
     let signals = tokio::spawn(stop_on_signal(stop_tx.clone()));
 
@@ -278,7 +282,7 @@ async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus
         settings,
         mode,
         &client,
-        &metrics,
+        (lists, metrics),
         &policies,
         (lease.as_deref(), &lease_ns),
         stop_rx,
@@ -302,7 +306,7 @@ struct Observed {
 
 async fn observe(
     settings: &Settings,
-    (client, metrics): (&Client, &Client),
+    (client, lists, metrics): (&Client, &Client, &Client),
     policies: &[policy::Policy],
     lease_ns: &str,
 ) -> Result<Observed, ExitStatus> {
@@ -321,7 +325,7 @@ async fn observe(
     let now = clock();
     let (inventory, prometheus, bare_marks) = futures::future::join3(
         snapshot::snapshot(
-            client,
+            lists,
             metrics,
             &settings.namespaces,
             &policy::label_keys(policies),
@@ -348,7 +352,7 @@ async fn run_locked(
     settings: &Settings,
     mode: Mode,
     client: &Client,
-    metrics: &Client,
+    (lists, metrics): (Client, Client),
     policies: &[policy::Policy],
     (lease, lease_ns): (Option<&lock::LeaseGuard>, &str),
     stop: watch::Receiver<Stop>,
@@ -359,10 +363,17 @@ async fn run_locked(
         prometheus,
         bare_marks,
         now,
-    } = match observe(settings, (client, metrics), policies, lease_ns).await {
+    } = match observe(settings, (client, &lists, &metrics), policies, lease_ns).await {
         Ok(seen) => seen,
         Err(status) => return status,
     };
+    // Their connections (and the read buffers the LISTs grew) close: nothing reads through
+    // them again. Closing is the clients' and connections' own tasks' work, which run while
+    // this one yields: a few turns let them finish before the plan is made.
+    drop((lists, metrics));
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
     let plan = plan::plan_with(
         policies,
         &inventory,

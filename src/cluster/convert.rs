@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::shared::Shared;
 use super::wire::{self, ObjectMeta, PodTemplateSpec};
 use crate::core::literals::{
     MCP_SERVER_KIND, MIRROR_ANNOTATION, PROGRESS_DEADLINE_EXCEEDED, RESTARTED_AT,
@@ -71,7 +72,7 @@ fn toolhive(kind: Kind, meta: &ObjectMeta, template: &PodTemplateSpec) -> Toolhi
         .and_then(|a| a.get(TOOLHIVE_RESTARTED_AT))
         .cloned();
     ToolhiveRestart {
-        server,
+        server: server.map(Box::new),
         restarted_at,
     }
 }
@@ -252,7 +253,7 @@ fn memory_limit(resources: Option<&wire::ResourceRequirements>) -> Option<u64> {
 
 impl From<&wire::Pod> for PodSample {
     fn from(p: &wire::Pod) -> PodSample {
-        pod(p.clone(), None)
+        pod(p.clone(), &mut Shared::default())
     }
 }
 
@@ -265,25 +266,21 @@ fn lifelong(s: &wire::PodSpec) -> impl Iterator<Item = &wire::Container> {
     s.containers.iter().chain(sidecars)
 }
 
-/// A pod as the planner samples it. Its labels are `sibling`'s (one map for both) when they are
-/// the same, as they are for the pods of one ReplicaSet.
-pub fn pod(p: wire::Pod, sibling: Option<&PodSample>) -> PodSample {
+/// A pod as the planner samples it; its labels and container names are `shared` with the pods
+/// read before it that have the same.
+pub fn pod(p: wire::Pod, shared: &mut Shared) -> PodSample {
     let status = p.status.as_ref();
-    let labels = p.metadata.labels.unwrap_or_default();
-    let labels = match sibling {
-        Some(s) if *s.labels == labels => Arc::clone(&s.labels),
-        _ => Arc::new(labels),
-    };
+    let labels = shared.labels(p.metadata.labels.unwrap_or_default());
     // Sized exactly: collecting through the sidecar filter would reserve room for four.
     let mut containers = Vec::with_capacity(p.spec.as_ref().map_or(0, |s| lifelong(s).count()));
     containers.extend(p.spec.iter().flat_map(lifelong).map(|c| ContainerSample {
-        name: c.name.clone(),
+        name: shared.name(&c.name),
         usage: None,
         limit: memory_limit(c.resources.as_ref()),
     }));
     PodSample {
         name: p.metadata.name.unwrap_or_default(),
-        uid: p.metadata.uid.unwrap_or_default(),
+        uid: p.metadata.uid.unwrap_or_default().into(),
         labels,
         started: status.and_then(|s| s.start_time.as_ref()).map(time),
         ready: status
@@ -299,13 +296,11 @@ pub fn pod(p: wire::Pod, sibling: Option<&PodSample>) -> PodSample {
     }
 }
 
-/// A bare pod as its own workload. Its labels are `sibling`'s when they are the same: bare pods
-/// come in groups that share their labels, and once only the labels the policies read are kept,
-/// most of them share one map.
-pub fn bare(mut p: wire::Pod, sibling: Option<&PodSample>) -> Workload {
+/// A bare pod as its own workload (its labels `shared`, as [`pod`]'s).
+pub fn bare(mut p: wire::Pod, shared: &mut Shared) -> Workload {
     let namespace = p.metadata.namespace.take().unwrap_or_default();
     let annotations = p.metadata.annotations.take().unwrap_or_default();
-    let sample = pod(p, sibling);
+    let sample = pod(p, shared);
     Workload {
         target: WorkloadRef {
             kind: Kind::Pod,
@@ -512,7 +507,7 @@ mod api_json_tests {
         assert!(sample.ready);
         assert_eq!(sample.started.map(|t| t.timestamp()), Some(1_714_557_600));
         // The same pod as its own workload: itself, ready, one of one.
-        let bare = convert::bare(slim, None);
+        let bare = convert::bare(slim, &mut Default::default());
         assert!(bare.mirror, "the mirror annotation is read");
         assert_eq!(bare.target.to_string(), "pod/shop/web-7d4b9c-x2x9z");
         assert_eq!(
@@ -528,7 +523,7 @@ mod api_json_tests {
             Some("web")
         );
         assert_eq!(bare.pods.len(), 1);
-        assert_eq!(bare.pods[0].uid, "u-1");
+        assert_eq!(bare.pods[0].uid, "u-1".into());
         assert!(
             bare.annotations.is_empty(),
             "the mirror annotation is not kept"
@@ -545,7 +540,10 @@ mod api_json_tests {
             "bouncer.dev/test-memory-base": "200Mi", "bouncer.dev/something-newer": "x",
             "team": "web",
         });
-        let bare = convert::bare(serde_json::from_value(json).unwrap(), None);
+        let bare = convert::bare(
+            serde_json::from_value(json).unwrap(),
+            &mut Default::default(),
+        );
         let kept: Vec<_> = bare.annotations.keys().map(String::as_str).collect();
         assert_eq!(kept, ["bouncer.dev/cooldown", "bouncer.dev/exclude"]);
     }

@@ -37,7 +37,7 @@ pub fn decode(target: &WorkloadRef, json: &str) -> Result<(Workload, String), De
     if target.kind == Kind::Pod {
         let pod: wire::Pod = wire::decode(json, kind, ns, name)?;
         let version = pod.metadata.resource_version.clone().unwrap_or_default();
-        return Ok((convert::bare(pod, None), version));
+        return Ok((convert::bare(pod, &mut Default::default()), version));
     }
     let c: wire::Controller = wire::decode(json, kind, ns, name)?;
     let version = c.metadata.resource_version.clone().unwrap_or_default();

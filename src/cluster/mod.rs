@@ -14,6 +14,7 @@ pub mod prometheus;
 pub mod restart;
 pub mod retry;
 pub mod revert;
+pub mod shared;
 pub mod snapshot;
 pub mod toolhive;
 pub mod watch;
@@ -33,6 +34,10 @@ pub struct Clients {
     /// For metrics.k8s.io, without kube's retries: metrics are optional, and kube retries a 503
     /// (metrics-server down) for minutes before it answers.
     pub metrics: Client,
+    /// For the snapshot's LISTs, on connections of their own (as `api`'s otherwise): reading a
+    /// large LIST grows a connection's read buffer to a few hundred KiB, which it keeps while
+    /// it idles in the pool; dropped after the snapshot, these connections close.
+    pub lists: Client,
 }
 
 /// Connects from the kubeconfig file `kubeconfig` (None: KUBECONFIG or ~/.kube/config) and its
@@ -67,6 +72,7 @@ pub async fn connect(
     let mut once = config.clone();
     once.default_retry = false;
     Ok(Clients {
+        lists: Client::try_from(config.clone()).map_err(ClusterError::Connect)?,
         api: Client::try_from(config).map_err(ClusterError::Connect)?,
         metrics: Client::try_from(once).map_err(ClusterError::Connect)?,
     })

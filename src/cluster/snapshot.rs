@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 
 use super::error::ClusterError;
 use super::list::{first_page, pages, pages_from};
+use super::shared::Shared;
 use super::{convert, kinds, wire};
 use crate::core::gates;
 use crate::core::literals::EXCLUDE_ANNOTATION;
@@ -31,14 +32,17 @@ fn gone(p: &wire::Pod) -> bool {
 /// Working set per namespace -> pod -> (container, bytes), for the PodMetrics whose pod has not
 /// been read yet; a pod has a container or two, for which a list is a fraction of a map.
 #[derive(Default)]
-struct Usage(BTreeMap<String, BTreeMap<String, Vec<(String, u64)>>>);
+struct Usage(BTreeMap<String, BTreeMap<String, Containers>>);
+
+/// A pod's containers' working sets, by name.
+type Containers = Vec<(Arc<str>, u64)>;
 
 impl Usage {
-    fn insert(&mut self, m: wire::PodMetrics) {
+    fn insert(&mut self, m: wire::PodMetrics, shared: &mut Shared) {
         let mut containers = Vec::with_capacity(m.containers.len());
         containers.extend(m.containers.into_iter().filter_map(|c| {
             let bytes = parse_bytes(&c.usage.memory?.0).ok()?;
-            Some((c.name, bytes))
+            Some((shared.name(&c.name), bytes))
         }));
         let namespace = m.metadata.namespace.unwrap_or_default();
         let name = m.metadata.name.unwrap_or_default();
@@ -48,12 +52,12 @@ impl Usage {
             .insert(name, containers);
     }
 
-    fn take(&mut self, namespace: &str, pod: &str) -> Option<Vec<(String, u64)>> {
+    fn take(&mut self, namespace: &str, pod: &str) -> Option<Containers> {
         self.0.get_mut(namespace)?.remove(pod)
     }
 }
 
-fn with_usage(sample: &mut PodSample, containers: &[(String, u64)]) {
+fn with_usage(sample: &mut PodSample, containers: &Containers) {
     sample.has_metrics = true;
     for c in &mut sample.containers {
         c.usage = containers
@@ -72,11 +76,16 @@ type OwnerKey = (String, String, String, String);
 #[derive(Default)]
 struct Pods {
     owned: BTreeMap<OwnerKey, Vec<PodSample>>,
+    /// The pods of the owner the LIST is at (it lists by name, so a controller's pods come one
+    /// after the other), moved into `owned` sized exactly once its last has arrived: grown one
+    /// by one, a ReplicaSet's five pods would sit in room for eight.
+    run: Option<(OwnerKey, Vec<PodSample>)>,
     bare: Vec<Workload>,
     /// Pods with owners but no controller among them: not bare (something else holds them),
     /// and no controller bouncer knows would replace them.
     foreign: Vec<Unsupported>,
     usage: Usage,
+    shared: Shared,
     /// The label keys kept (the policies' and the PodDisruptionBudgets'); None keeps all.
     keep: Option<BTreeSet<String>>,
 }
@@ -110,15 +119,18 @@ impl Pods {
             Some(_) if gone(&p) => {}
             Some(i) => {
                 let owner = owners.swap_remove(i);
-                let pods = self
-                    .owned
-                    .entry((namespace, owner.kind, owner.name, owner.uid))
-                    .or_default();
-                let mut sample = convert::pod(p, pods.last());
+                let key = (namespace, owner.kind, owner.name, owner.uid);
+                if self.run.as_ref().is_none_or(|(at, _)| *at != key) {
+                    self.end_run();
+                    self.run = Some((key, Vec::new()));
+                }
+                let mut sample = convert::pod(p, &mut self.shared);
                 if let Some(containers) = usage {
                     with_usage(&mut sample, &containers);
                 }
-                pods.push(sample);
+                if let Some((_, pods)) = &mut self.run {
+                    pods.push(sample);
+                }
             }
             // Any ownerReference, controller or not (a garbage-collection parent, a custom
             // resource's), means the pod is not bare: evicting it under `kinds: [Pod]` would
@@ -137,9 +149,7 @@ impl Pods {
             }
             None => {
                 p.metadata.namespace = Some(namespace);
-                // The previous bare pod in the LIST (its order: namespace, then name).
-                let sibling = self.bare.last().and_then(|w| w.pods.first());
-                let mut w = convert::bare(p, sibling);
+                let mut w = convert::bare(p, &mut self.shared);
                 if let Some(containers) = usage {
                     w.pods.iter_mut().for_each(|s| with_usage(s, &containers));
                 }
@@ -148,8 +158,28 @@ impl Pods {
         }
     }
 
+    /// Files the pods of the owner the LIST was at.
+    fn end_run(&mut self) {
+        if let Some((key, mut pods)) = self.run.take() {
+            let filed = self.owned.entry(key).or_default();
+            if filed.is_empty() {
+                pods.shrink_to_fit();
+                *filed = pods;
+            } else {
+                // An owner whose pods the LIST's order split (another's name between them).
+                filed.append(&mut pods);
+                filed.shrink_to_fit();
+            }
+        }
+    }
+
+    fn metrics(&mut self, m: wire::PodMetrics) {
+        self.usage.insert(m, &mut self.shared);
+    }
+
     /// The metrics LIST failed, possibly after some of it was joined: no pod has metrics.
     fn forget_metrics(&mut self) {
+        self.end_run();
         self.usage = Usage::default();
         let bare = self.bare.iter_mut().flat_map(|w| w.pods.iter_mut());
         for sample in self.owned.values_mut().flatten().chain(bare) {
@@ -311,7 +341,7 @@ pub async fn snapshot(
     };
     let pods = Mutex::new(Pods::default());
     let metrics = async {
-        let usage = |m| lock(&pods).usage.insert(m);
+        let usage = |m| lock(&pods).metrics(m);
         match each(metrics_client, scope, pod_metrics, usage).await {
             Ok(()) => MetricsState::Available,
             Err(e) => MetricsState::Unavailable(metrics_failure(&e)),
@@ -382,13 +412,10 @@ pub async fn snapshot(
     if metrics != MetricsState::Available {
         pods.forget_metrics();
     }
-    let (deployments, statefulsets, daemonsets) = (deployments?, statefulsets?, daemonsets?);
-    // Sized once: a Workload is a few hundred bytes, and doubling would leave room for
-    // thousands more.
-    let mut workloads = Vec::with_capacity(
-        deployments.len() + statefulsets.len() + daemonsets.len() + pods.bare.len(),
-    );
-    workloads.extend(deployments);
+    let (mut workloads, statefulsets, daemonsets) = (deployments?, statefulsets?, daemonsets?);
+    // Grown from the Deployments' vector, sized once: a second vector of every workload beside
+    // the first (a few hundred bytes each) was the snapshot's peak in a large cluster.
+    workloads.reserve_exact(statefulsets.len() + daemonsets.len() + pods.bare.len());
     workloads.extend(statefulsets);
     workloads.extend(daemonsets);
     let (workloads, unsupported) = group(pods, rs?.into_iter().collect(), workloads);
@@ -409,10 +436,11 @@ pub async fn snapshot(
 /// Puts each controller's pods under their workload: Pod→ReplicaSet→Deployment, Pod→StatefulSet,
 /// Pod→DaemonSet, bare pods on their own; any other owner is reported as unsupported.
 fn group(
-    pods: Pods,
+    mut pods: Pods,
     rs_owners: BTreeMap<(String, String), Option<String>>,
     mut workloads: Vec<Workload>,
 ) -> (Vec<Workload>, Vec<Unsupported>) {
+    pods.end_run();
     let Pods {
         owned,
         mut bare,
@@ -420,15 +448,11 @@ fn group(
         mut usage,
         ..
     } = pods;
-    let index: BTreeMap<WorkloadRef, usize> = workloads
-        .iter()
-        .enumerate()
-        .map(|(i, w)| (w.target.clone(), i))
-        .collect();
+    // Sorted, the controllers are found by binary search: no index of their names beside them.
+    // In place (targets are unique): a stable sort's scratch is half the vector again.
+    workloads.sort_unstable_by(|a, b| a.target.cmp(&b.target));
     let mut unsupported = foreign;
     for ((namespace, owner_kind, owner, owner_uid), mut samples) in owned {
-        // Pushed one by one, a ReplicaSet's five pods sit in room for eight.
-        samples.shrink_to_fit();
         for sample in &mut samples {
             if let Some(containers) = usage.take(&namespace, &sample.name) {
                 with_usage(sample, &containers);
@@ -444,13 +468,13 @@ fn group(
             _ => None,
         };
         let slot = resolved.and_then(|(kind, name)| {
-            index
-                .get(&WorkloadRef {
-                    kind,
-                    namespace: namespace.clone(),
-                    name,
+            let want = (kind, namespace.as_str(), name.as_str());
+            workloads
+                .binary_search_by(|w| {
+                    let t = &w.target;
+                    (t.kind, t.namespace.as_str(), t.name.as_str()).cmp(&want)
                 })
-                .copied()
+                .ok()
         });
         match slot {
             Some(i) => {
@@ -484,7 +508,7 @@ fn group(
     }
     unsupported.sort_by(|a, b| (&a.namespace, &a.pod).cmp(&(&b.namespace, &b.pod)));
     workloads.extend(bare);
-    workloads.sort_by(|a, b| a.target.cmp(&b.target));
+    workloads.sort_unstable_by(|a, b| a.target.cmp(&b.target));
     (workloads, unsupported)
 }
 
@@ -548,10 +572,8 @@ pub async fn read_workload(client: &Client, target: &WorkloadRef) -> Result<Work
             .flatten()
             .any(|o| o.controller == Some(true) && !o.uid.is_empty() && owners.contains(&o.uid))
     });
-    for p in mine {
-        let sample = convert::pod(p, w.pods.last());
-        w.pods.push(sample);
-    }
+    let mut shared = Shared::default();
+    w.pods.extend(mine.map(|p| convert::pod(p, &mut shared)));
     Ok(w)
 }
 
@@ -587,7 +609,7 @@ mod tests {
     }
 
     fn workload(kind: Kind, name: &str) -> Workload {
-        let mut w = convert::bare(pod(name, ("", ""), json!({})), None);
+        let mut w = convert::bare(pod(name, ("", ""), json!({})), &mut Default::default());
         w.target = WorkloadRef {
             kind,
             namespace: "shop".into(),
@@ -603,7 +625,7 @@ mod tests {
     fn pods_group_and_join_their_metrics_as_they_stream() {
         let web = json!({"app": "web", "pod-template-hash": "1"});
         let mut pods = Pods::default();
-        pods.usage.insert(metrics("web-1-a", 10));
+        pods.metrics(metrics("web-1-a", 10));
         pods.pod(pod("web-1-a", ("ReplicaSet", "web-1"), web.clone()));
         pods.pod(pod(
             "web-2-b",
@@ -622,8 +644,8 @@ mod tests {
             json!({"app": "db", "pod-name": "db-1"}),
         ));
         pods.pod(pod("job-x", ("Job", "job"), json!({"app": "job"})));
-        pods.usage.insert(metrics("web-1-c", 20));
-        pods.usage.insert(metrics("db-1", 30));
+        pods.metrics(metrics("web-1-c", 20));
+        pods.metrics(metrics("db-1", 30));
 
         let owners = BTreeMap::from([
             (("shop".into(), "web-1".into()), Some("web".into())),
@@ -688,6 +710,34 @@ mod tests {
         ]);
         assert_eq!(*db.pods[0].labels, want);
         assert!(Arc::ptr_eq(&db.pods[0].labels, &db.pods[1].labels));
+        assert_eq!(
+            db.pods.capacity(),
+            2,
+            "an owner's pods are filed sized exactly"
+        );
+    }
+
+    /// Equal label maps and container names are one allocation across workloads too: the same
+    /// app's pods in every namespace, every pod's `app` container.
+    #[test]
+    fn pods_of_different_workloads_share_equal_labels_and_container_names() {
+        let mut pods = Pods {
+            keep: Some(BTreeSet::from(["app".to_string()])),
+            ..Pods::default()
+        };
+        for (name, owner) in [("a-0", "a"), ("b-0", "b"), ("c-0", "c")] {
+            let app = if owner == "c" { "other" } else { "web" };
+            let labels = json!({"app": app, "pod-template-hash": owner});
+            pods.pod(pod(name, ("StatefulSet", owner), labels));
+        }
+        let controllers = ["a", "b", "c"].map(|n| workload(Kind::StatefulSet, n));
+        let (workloads, _) = group(pods, BTreeMap::new(), controllers.into());
+        let [a, b, c] = [0, 1, 2].map(|i| &workloads[i].pods[0]);
+        assert!(Arc::ptr_eq(&a.labels, &b.labels));
+        assert!(!Arc::ptr_eq(&a.labels, &c.labels));
+        assert_eq!(c.labels["app"], "other");
+        assert!(Arc::ptr_eq(&a.containers[0].name, &c.containers[0].name));
+        assert_eq!(&*a.containers[0].name, "app");
     }
 
     /// Bare pods that carry the same labels (once only those that decide something are kept)
@@ -753,9 +803,9 @@ mod tests {
     #[test]
     fn a_failed_metrics_list_joins_nothing() {
         let mut pods = Pods::default();
-        pods.usage.insert(metrics("job", 10));
+        pods.metrics(metrics("job", 10));
         pods.pod(pod("job", ("", ""), json!({})));
-        pods.usage.insert(metrics("web-1-a", 10));
+        pods.metrics(metrics("web-1-a", 10));
         pods.pod(pod("web-1-a", ("ReplicaSet", "web-1"), json!({})));
         pods.forget_metrics();
         let (workloads, unsupported) = group(pods, BTreeMap::new(), Vec::new());

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 
 use crate::core::action::{Action, Event, EventKind, Fresh, Observation, PodRef, Stage};
 use crate::core::mark::{Attempt, AttemptMark};
-use crate::core::model::{McpServerRef, Method, Workload};
+use crate::core::model::{McpServerRef, Method, Uid, Workload};
 use crate::core::outcome::{Failure, FailureCode, Outcome, Status, attempt_outcome};
 use crate::core::plan::Bounce;
 use crate::core::policy::Policy;
@@ -26,7 +26,7 @@ struct Restart {
     written: Option<String>,
     at: DateTime<Utc>,
     /// The pods from before, by UID.
-    old: BTreeSet<String>,
+    old: BTreeSet<Uid>,
 }
 
 /// Where a bounce stands; each variant waits for the observation of the action it asked for.
@@ -442,7 +442,7 @@ impl<'a> Machine<'a> {
                 };
                 self.mark_started()
             }
-            Method::Toolhive => match server {
+            Method::Toolhive => match server.map(|s| *s) {
                 Some(server) => {
                     self.phase = Phase::ReadingOperator {
                         server: server.clone(),

@@ -115,7 +115,7 @@ impl Machine<'_> {
             .filter(|p| old.contains(&p.uid))
             .map(|p| PodRef {
                 name: p.name.clone(),
-                uid: p.uid.clone(),
+                uid: p.uid.to_string(),
             })
             .collect();
         queue.sort_by(|a, b| a.name.cmp(&b.name));

@@ -52,7 +52,7 @@ fn rolled(w: &Workload, written: &str) -> Workload {
     let mut after = w.clone();
     after.restarted_at = Some(t(written));
     for p in &mut after.pods {
-        p.uid = format!("{}-new", p.uid);
+        p.uid = format!("{}-new", p.uid).into();
     }
     after
 }
@@ -619,11 +619,11 @@ fn no_mark_no_eviction_and_a_refused_eviction_fails() {
 fn mcp_proxy() -> Workload {
     let mut w = web(2);
     w.toolhive = ToolhiveRestart {
-        server: Some(McpServerRef {
+        server: Some(Box::new(McpServerRef {
             api_version: "toolhive.stacklok.dev/v1beta1".into(),
             name: "web".into(),
             uid: "server-uid".into(),
-        }),
+        })),
         restarted_at: None,
     };
     w

@@ -81,7 +81,7 @@ fn the_planner_backs_off_and_breaks_most_urgent_workloads() {
             let a = Attempt::new(time.parse().unwrap(), "m", Method::Rollout);
             h = h.record(&a.with_outcome(outcome));
         }
-        crate::core::mark::AttemptMark::Seen(h)
+        crate::core::mark::AttemptMark::Seen(Box::new(h))
     };
     let hot = |name: &str, mib: u64, attempts: &[(&str, &str)]| {
         let mut w = deployment("shop", name, "x", vec![pod(name, "x", OLD, Some(mib))]);

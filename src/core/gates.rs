@@ -236,6 +236,6 @@ pub fn operator_proxy(proxy: &Workload) -> Result<Option<&McpServerRef>, SkipRea
             server: server.name.clone(),
             why: NotProxy::Name,
         }),
-        server => Ok(server.as_ref()),
+        server => Ok(server.as_deref()),
     }
 }

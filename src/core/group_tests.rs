@@ -222,12 +222,12 @@ fn a_half_restarted_group_is_finished_on_the_next_run() {
     for pod in &mut backend.pods {
         pod.started = Some(bounced + chrono::TimeDelta::seconds(20));
     }
-    backend.attempt = AttemptMark::Seen(AttemptHistory::of(&Attempt {
+    backend.attempt = AttemptMark::Seen(Box::new(AttemptHistory::of(&Attempt {
         time: bounced,
         policy: "mcp".into(),
         method: Method::Rollout,
         outcome: AttemptOutcome::Started,
-    }));
+    })));
     let proxy = member(Kind::Deployment, "mcp", "fetch", "fetch", 100);
     let mut p = grouped();
     p.cooldown = std::time::Duration::from_secs(6 * 3600);

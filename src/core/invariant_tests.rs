@@ -198,11 +198,11 @@ fn workload(c: &Case) -> Workload {
     };
     w.annotations = c.annotations.clone();
     if c.toolhive_owned && c.kind == Kind::Deployment {
-        w.toolhive.server = Some(McpServerRef {
+        w.toolhive.server = Some(Box::new(McpServerRef {
             api_version: "toolhive.stacklok.dev/v1beta1".into(),
             name: "w".into(),
             uid: "server-uid".into(),
-        });
+        }));
     }
     w
 }

@@ -194,7 +194,7 @@ impl AttemptMark {
         match annotations.get(ATTEMPT_ANNOTATION) {
             None => AttemptMark::None,
             Some(text) => match AttemptHistory::decode(text) {
-                Ok(h) => AttemptMark::Seen(h),
+                Ok(h) => AttemptMark::Seen(Box::new(h)),
                 Err(e) => AttemptMark::Unreadable(format!("{text:?}: {e}")),
             },
         }
@@ -212,7 +212,7 @@ impl AttemptMark {
     /// skips an unreadable one before anything reads its history).
     pub fn history(&self) -> AttemptHistory {
         match self {
-            AttemptMark::Seen(h) => h.clone(),
+            AttemptMark::Seen(h) => (**h).clone(),
             _ => AttemptHistory::default(),
         }
     }
@@ -256,7 +256,9 @@ impl Inventory {
             w.attempt = match marks {
                 Ok(m) => m
                     .get(&bare_key(&w.target.namespace, &w.target.name))
-                    .map_or(AttemptMark::None, |h| AttemptMark::Seen(h.clone())),
+                    .map_or(AttemptMark::None, |h| {
+                        AttemptMark::Seen(Box::new(h.clone()))
+                    }),
                 Err(e) => AttemptMark::Unreadable(e.clone()),
             };
         }
@@ -294,7 +296,7 @@ mod tests {
         assert_eq!(AttemptHistory::decode(&text), Ok(h.clone()));
         assert_eq!(
             AttemptMark::from_annotations(&annotations(&text)),
-            AttemptMark::Seen(h)
+            AttemptMark::Seen(Box::new(h))
         );
         for bad in [
             "yesterday",

@@ -58,7 +58,7 @@ fn usages<'a>(trigger: Option<&MemoryTrigger>, w: &'a Workload) -> (Vec<PodUsage
         let containers: Vec<_> = pod
             .containers
             .iter()
-            .filter(|c| container.is_none_or(|name| c.name == name))
+            .filter(|c| container.is_none_or(|name| *c.name == *name))
             .collect();
         let usage: Option<u64> = if pod.has_metrics && !containers.is_empty() {
             containers.iter().map(|c| c.usage).sum()
@@ -84,7 +84,7 @@ pub(crate) fn limit_of(pod: &PodSample, container: Option<&str>) -> Option<u64> 
     let containers: Vec<_> = pod
         .containers
         .iter()
-        .filter(|c| container.is_none_or(|name| c.name == name))
+        .filter(|c| container.is_none_or(|name| *c.name == *name))
         .collect();
     match (container, containers.as_slice()) {
         (_, []) => None,

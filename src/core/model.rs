@@ -198,8 +198,9 @@ pub struct Workload {
 /// A Deployment as ToolHive's operator restarts it: through the MCPServer that owns it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ToolhiveRestart {
-    /// The MCPServer that controls the Deployment (its controller ownerReference).
-    pub server: Option<McpServerRef>,
+    /// The MCPServer that controls the Deployment (its controller ownerReference). Boxed: few
+    /// workloads have one, and a workload is one of thousands.
+    pub server: Option<Box<McpServerRef>>,
     /// The pod template's `mcpserver.toolhive.stacklok.dev/restarted-at`: the operator writes
     /// the time it acted on a restart request there.
     pub restarted_at: Option<String>,
@@ -218,7 +219,7 @@ pub struct McpServerRef {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodSample {
     pub name: String,
-    pub uid: String,
+    pub uid: Uid,
     /// Shared between the pods of one ReplicaSet (or StatefulSet revision) that carry the same
     /// labels, which is most of a large cluster's pods: one map each would be most of the
     /// snapshot's memory.
@@ -236,9 +237,44 @@ pub struct PodSample {
     pub has_metrics: bool,
 }
 
+/// A pod's `metadata.uid`. The API server writes lowercase RFC 4122 UUIDs, kept as their 16
+/// bytes (a string each was a tenth of a large snapshot's memory); anything else as its text.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Uid {
+    Uuid(uuid::Uuid),
+    Text(Box<str>),
+}
+
+impl From<String> for Uid {
+    fn from(text: String) -> Uid {
+        // Only the form that prints back the same: the UID is sent back in eviction preconditions.
+        let canonical = text.len() == 36 && !text.bytes().any(|b| b.is_ascii_uppercase());
+        match uuid::Uuid::try_parse(&text) {
+            Ok(u) if canonical => Uid::Uuid(u),
+            _ => Uid::Text(text.into_boxed_str()),
+        }
+    }
+}
+
+impl From<&str> for Uid {
+    fn from(text: &str) -> Uid {
+        Uid::from(text.to_string())
+    }
+}
+
+impl fmt::Display for Uid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Uid::Uuid(u) => fmt::Display::fmt(&u.hyphenated(), f),
+            Uid::Text(t) => f.write_str(t),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContainerSample {
-    pub name: String,
+    /// Shared by the containers of that name (most pods' are called the same few names).
+    pub name: Arc<str>,
     /// Working set bytes from metrics.k8s.io; None when the pod has no metrics for it.
     pub usage: Option<u64>,
     pub limit: Option<u64>,
@@ -330,8 +366,38 @@ pub struct AttemptHistory {
 pub enum AttemptMark {
     #[default]
     None,
-    Seen(AttemptHistory),
+    /// Boxed: most workloads have no mark, and a workload is one of thousands.
+    Seen(Box<AttemptHistory>),
     /// The mark is there but unreadable (hand-edited, or the Lease could not be read): the
     /// planner fails closed and skips, naming the annotation.
     Unreadable(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Uid;
+
+    #[test]
+    fn a_uid_prints_back_exactly_as_the_api_server_wrote_it() {
+        let served = "0b6f1c2e-5d4a-4e8b-9c3d-7f2a1b0c9d8e";
+        let uid = Uid::from(served);
+        assert!(matches!(uid, Uid::Uuid(_)), "{uid:?}");
+        assert_eq!(uid.to_string(), served);
+        // Forms that would print back differently, or are no UUID at all, stay text.
+        for text in [
+            "0B6F1C2E-5D4A-4E8B-9C3D-7F2A1B0C9D8E",
+            "0b6f1c2e5d4a4e8b9c3d7f2a1b0c9d8e",
+            "{0b6f1c2e-5d4a-4e8b-9c3d-7f2a1b0c9d8e}",
+            "uid-web-1",
+            "",
+        ] {
+            let uid = Uid::from(text);
+            assert!(matches!(uid, Uid::Text(_)), "{text}: {uid:?}");
+            assert_eq!(uid.to_string(), text);
+        }
+        assert_ne!(
+            Uid::from(served),
+            Uid::from("0b6f1c2e-5d4a-4e8b-9c3d-7f2a1b0c9d8f")
+        );
+    }
 }

@@ -128,10 +128,10 @@ pub fn plan_with(
             skips.extend(selected.map(|w| skip(policy, w, None, SkipReason::Suspended)));
             continue;
         }
-        // Sized once (a decision is a few hundred bytes): a vector grown by doubling holds up
-        // to twice what it needs, three times while it moves. Pages never written to (a
-        // policy that selects few workloads) take no memory.
-        let mut decided = Vec::with_capacity(inventory.workloads.len());
+        // Each decision goes to its unit or skip at once (only restart groups' members wait
+        // for the rest of their group): the decisions are never all held twice.
+        let mut groups = Groups::new();
+        let grouping: &Policy = policy;
         for workload in &inventory.workloads {
             if !selects(policy, workload) {
                 continue;
@@ -143,7 +143,14 @@ pub fn plan_with(
             let policy = match effective {
                 Ok(p) => p,
                 Err(reason) => {
-                    decided.push((workload, Err(skip(policy, workload, None, reason))));
+                    let decision = Err(skip(policy, workload, None, reason));
+                    route(
+                        grouping,
+                        (workload, decision),
+                        &mut groups,
+                        &mut units,
+                        &mut skips,
+                    );
                     continue;
                 }
             };
@@ -175,9 +182,15 @@ pub fn plan_with(
                 )),
                 Err(reason) => Err(skip(&policy, workload, reading, reason)),
             };
-            decided.push((workload, decision));
+            route(
+                grouping,
+                (workload, decision),
+                &mut groups,
+                &mut units,
+                &mut skips,
+            );
         }
-        group_units(policy, decided, inventory, now, &mut units, &mut skips);
+        group_units(policy, groups, inventory, now, &mut units, &mut skips);
         for pod in &inventory.unsupported {
             let in_scope =
                 policy.namespaces.is_empty() || policy.namespaces.contains(&pod.namespace);
@@ -357,32 +370,41 @@ fn skip_of(b: Bounce, reason: SkipReason) -> Skip {
 
 type Decided<'a> = (&'a Workload, Result<Candidate, Skip>);
 
-/// Turns one policy's decisions into units: a workload outside any group is its own unit; a
-/// group is a unit when one of its members is due and every other member could be bounced now
-/// (a member that is not due joins the bounce), and is skipped as a whole, naming the member
-/// that holds it, otherwise.
+/// One policy's restart groups (by namespace) and their members' decisions.
+type Groups<'a> = BTreeMap<(String, Group), Vec<Decided<'a>>>;
+
+/// A workload outside any group is its own unit (or skip); a group's member waits in `groups`
+/// for [`group_units`].
+fn route<'a>(
+    policy: &Policy,
+    (w, decision): Decided<'a>,
+    groups: &mut Groups<'a>,
+    units: &mut Vec<Unit>,
+    skips: &mut Vec<Skip>,
+) {
+    let member = group::of(policy, w)
+        .filter(|_| !matches!(&decision, Err(s) if group::leaves_out(&s.reason)));
+    match (member, decision) {
+        (Some(g), decision) => groups
+            .entry((w.target.namespace.clone(), g))
+            .or_default()
+            .push((w, decision)),
+        (None, Ok(c)) => units.push(Unit::of(vec![c])),
+        (None, Err(s)) => skips.push(s),
+    }
+}
+
+/// Turns one policy's restart groups into units: a group is a unit when one of its members is
+/// due and every other member could be bounced now (a member that is not due joins the
+/// bounce), and is skipped as a whole, naming the member that holds it, otherwise.
 fn group_units(
     policy: &Policy,
-    decided: Vec<Decided>,
+    groups: Groups,
     inv: &Inventory,
     now: DateTime<Utc>,
     units: &mut Vec<Unit>,
     skips: &mut Vec<Skip>,
 ) {
-    skips.reserve(decided.len());
-    let mut groups: BTreeMap<(String, group::Group), Vec<Decided>> = BTreeMap::new();
-    for (w, decision) in decided {
-        let member = group::of(policy, w)
-            .filter(|_| !matches!(&decision, Err(s) if group::leaves_out(&s.reason)));
-        match (member, decision) {
-            (Some(g), decision) => groups
-                .entry((w.target.namespace.clone(), g))
-                .or_default()
-                .push((w, decision)),
-            (None, Ok(c)) => units.push(Unit::of(vec![c])),
-            (None, Err(s)) => skips.push(s),
-        }
-    }
     for (_, mut members) in groups {
         members.sort_by(|(a, _), (b, _)| {
             (group::rank(a.target.kind), &a.target.name)

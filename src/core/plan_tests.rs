@@ -73,7 +73,7 @@ pub(crate) fn over(mut p: Policy, mib: u64) -> Policy {
 pub(crate) fn pod(name: &str, app: &str, started: &str, usage_mib: Option<u64>) -> PodSample {
     PodSample {
         name: name.into(),
-        uid: format!("uid-{name}"),
+        uid: format!("uid-{name}").into(),
         labels: labels(&[("app", app)]).into(),
         started: Some(t(started)),
         ready: true,

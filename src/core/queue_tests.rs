@@ -59,7 +59,7 @@ impl Fake {
                 let w = self.workloads.get_mut(&n).unwrap();
                 w.restarted_at = Some(t(WRITTEN));
                 for p in &mut w.pods {
-                    p.uid = format!("{}-new", p.uid);
+                    p.uid = format!("{}-new", p.uid).into();
                 }
                 Observation::Patched(Ok((WRITTEN.into(), "1".into())))
             }

@@ -347,11 +347,11 @@ fn a_restart_fits_in_every_covering_disruption_budget() {
     }
     // The same budget holds back the operator's rollout of an MCPServer's Deployment.
     let mut owned = rolling(1);
-    owned.toolhive.server = Some(crate::core::model::McpServerRef {
+    owned.toolhive.server = Some(Box::new(crate::core::model::McpServerRef {
         api_version: "toolhive.stacklok.dev/v1beta1".into(),
         name: "w".into(),
         uid: "server-uid".into(),
-    });
+    }));
     let mut p = strict();
     p.restart.method = RestartMethod::Toolhive;
     assert_eq!(preflight(&p, &owned, &[]), Ok(Method::Toolhive));

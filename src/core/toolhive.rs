@@ -128,11 +128,11 @@ mod tests {
     fn proxy(name: &str, owner: &str) -> Workload {
         use crate::core::plan::tests::{OLD, deployment, pod};
         let mut w = deployment("mcp", name, "x", vec![pod(name, "x", OLD, Some(900))]);
-        w.toolhive.server = Some(McpServerRef {
+        w.toolhive.server = Some(Box::new(McpServerRef {
             api_version: "toolhive.stacklok.dev/v1beta1".into(),
             name: owner.into(),
             uid: format!("uid-{owner}"),
-        });
+        }));
         w
     }
 
@@ -207,11 +207,11 @@ mod tests {
 
         let proxy = |name: &str| deployment("mcp", name, "x", vec![pod(name, "x", OLD, Some(900))]);
         let mut owned = proxy("fetch");
-        owned.toolhive.server = Some(McpServerRef {
+        owned.toolhive.server = Some(Box::new(McpServerRef {
             api_version: "toolhive.stacklok.dev/v1beta1".into(),
             name: "fetch".into(),
             uid: "uid-fetch".into(),
-        });
+        }));
         let mut forged = proxy("forged");
         forged.toolhive.server = owned.toolhive.server.clone();
         let plain = proxy("plain");

@@ -8,7 +8,7 @@ use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use super::literals::{
     BUILTIN_MANAGERS, FIELD_MANAGER, REVISION_LABEL, TOOLHIVE_RESTARTED_AT, rfc3339,
 };
-use super::model::{Kind, Method, Workload};
+use super::model::{Kind, Method, Uid, Workload};
 
 /// One managedFields entry of a workload, as the revert rule reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,7 +34,7 @@ pub enum Verdict {
 /// did not exist before the patch (and a StatefulSet's pod is at the update revision), never by
 /// comparing its node's clock (startTime) with bouncer's. The desired count is not compared: an
 /// autoscaler may change it during the settle, and kubectl's completion rule already counted.
-pub fn check(w: &Workload, method: Method, written: &str, old_uids: &BTreeSet<String>) -> Verdict {
+pub fn check(w: &Workload, method: Method, written: &str, old_uids: &BTreeSet<Uid>) -> Verdict {
     let found = restart_annotation(method, w);
     if found.as_deref() != Some(written) {
         return Verdict::Reverted { found };
@@ -190,7 +190,7 @@ mod tests {
     #[test]
     fn verified_only_when_annotation_is_ours_and_all_pods_are_new() {
         let written = "2026-01-01T03:00:00Z";
-        let old: BTreeSet<String> = ["a".to_string()].into();
+        let old: BTreeSet<Uid> = ["a".into()].into();
         let fresh = vec![
             pod("b", "2026-01-01T03:00:00Z", true),
             pod("c", "2026-01-01T03:00:05Z", true),
@@ -338,7 +338,7 @@ mod tests {
     fn case6_new_pods_are_told_by_identity_not_node_clocks() {
         // Patched at 03:00:10.400 by bouncer's clock.
         let written = "2026-01-01T03:00:10Z";
-        let old: BTreeSet<String> = ["a".to_string(), "b".to_string()].into();
+        let old: BTreeSet<Uid> = ["a".into(), "b".into()].into();
         // A node 2 s behind bouncer: the replacements' startTime is before the patch.
         let skewed = vec![
             pod("c", "2026-01-01T03:00:08Z", true),

@@ -66,9 +66,10 @@ fn convert_object(text: &str, out: &mut Converted) {
         }
     }
     if let Ok(p) = wire::decode::<wire::Pod>(text, "Pod", "fuzz", "object") {
-        let first = convert::pod(p.clone(), None);
-        // A sibling with the same labels shares one map (the snapshot's memory saving).
-        let second = convert::pod(p, Some(&first));
+        let mut shared = bouncer::cluster::shared::Shared::default();
+        let first = convert::pod(p.clone(), &mut shared);
+        // A pod with the same labels shares one map (the snapshot's memory saving).
+        let second = convert::pod(p, &mut shared);
         assert!(Arc::ptr_eq(&first.labels, &second.labels));
         // Give every controller read from the same bytes this pod, so the gates count it.
         for w in out
