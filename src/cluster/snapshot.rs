@@ -57,7 +57,7 @@ impl Usage {
     }
 }
 
-fn with_usage(sample: &mut PodSample, containers: &Containers) {
+fn with_usage(sample: &mut PodSample, containers: &[(Arc<str>, u64)]) {
     sample.has_metrics = true;
     for c in &mut sample.containers {
         c.usage = containers
@@ -120,17 +120,15 @@ impl Pods {
             Some(i) => {
                 let owner = owners.swap_remove(i);
                 let key = (namespace, owner.kind, owner.name, owner.uid);
-                if self.run.as_ref().is_none_or(|(at, _)| *at != key) {
+                if self.run.as_ref().is_some_and(|(at, _)| *at != key) {
                     self.end_run();
-                    self.run = Some((key, Vec::new()));
                 }
                 let mut sample = convert::pod(p, &mut self.shared);
                 if let Some(containers) = usage {
                     with_usage(&mut sample, &containers);
                 }
-                if let Some((_, pods)) = &mut self.run {
-                    pods.push(sample);
-                }
+                let (_, pods) = self.run.get_or_insert_with(|| (key, Vec::new()));
+                pods.push(sample);
             }
             // Any ownerReference, controller or not (a garbage-collection parent, a custom
             // resource's), means the pod is not bare: evicting it under `kinds: [Pod]` would
@@ -600,6 +598,14 @@ mod tests {
         .unwrap()
     }
 
+    /// Pods that keep only the labels `keys`, as the snapshot sets them up.
+    fn keeping(keys: &[&str]) -> Pods {
+        Pods {
+            keep: Some(keys.iter().map(|k| k.to_string()).collect()),
+            ..Pods::default()
+        }
+    }
+
     fn metrics(name: &str, mib: u64) -> wire::PodMetrics {
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "shop"},
@@ -689,10 +695,7 @@ mod tests {
     /// one label map too, since only the labels that name each pod differed.
     #[test]
     fn pods_keep_only_the_labels_that_decide_something() {
-        let mut pods = Pods {
-            keep: Some(BTreeSet::from(["app".to_string(), "tier".to_string()])),
-            ..Pods::default()
-        };
+        let mut pods = keeping(&["app", "tier"]);
         for (name, index) in [("db-0", "0"), ("db-1", "1")] {
             let labels = json!({"app": "db", "tier": "data", "pod-name": name,
                                 "apps.kubernetes.io/pod-index": index});
@@ -721,10 +724,7 @@ mod tests {
     /// app's pods in every namespace, every pod's `app` container.
     #[test]
     fn pods_of_different_workloads_share_equal_labels_and_container_names() {
-        let mut pods = Pods {
-            keep: Some(BTreeSet::from(["app".to_string()])),
-            ..Pods::default()
-        };
+        let mut pods = keeping(&["app"]);
         for (name, owner) in [("a-0", "a"), ("b-0", "b"), ("c-0", "c")] {
             let app = if owner == "c" { "other" } else { "web" };
             let labels = json!({"app": app, "pod-template-hash": owner});
@@ -744,10 +744,7 @@ mod tests {
     /// share one map, as a ReplicaSet's pods do; a bare pod with other labels has its own.
     #[test]
     fn bare_pods_with_the_same_labels_share_one_map() {
-        let mut pods = Pods {
-            keep: Some(BTreeSet::from(["app".to_string()])),
-            ..Pods::default()
-        };
+        let mut pods = keeping(&["app"]);
         for (name, app) in [("mcp-0", "mcp"), ("mcp-1", "mcp"), ("web-0", "web")] {
             pods.pod(pod(name, ("", ""), json!({"app": app, "pod-name": name})));
         }

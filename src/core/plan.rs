@@ -131,59 +131,13 @@ pub fn plan_with(
         // Each decision goes to its unit or skip at once (only restart groups' members wait
         // for the rest of their group): the decisions are never all held twice.
         let mut groups = Groups::new();
-        let grouping: &Policy = policy;
         for workload in &inventory.workloads {
             if !selects(policy, workload) {
                 continue;
             }
-            // The opt-outs come first: an excluded workload is reported excluded, whatever
-            // its override annotations say.
-            let effective = identity_gates(policy, workload, &inventory.excluded_namespaces)
-                .and_then(|()| overrides::effective(policy, workload));
-            let policy = match effective {
-                Ok(p) => p,
-                Err(reason) => {
-                    let decision = Err(skip(policy, workload, None, reason));
-                    route(
-                        grouping,
-                        (workload, decision),
-                        &mut groups,
-                        &mut units,
-                        &mut skips,
-                    );
-                    continue;
-                }
-            };
-            let (reading, memory) = memory::assess(
-                policy.memory.as_ref(),
-                &policy.windows,
-                workload,
-                &inventory.metrics,
-                now,
-            );
-            let history = trend::assess_history(
-                policy.memory.as_ref(),
-                &policy.windows,
-                workload,
-                &prometheus.history,
-                now,
-            );
-            let decision = decide(
-                &policy,
-                workload,
-                (memory, history),
-                inventory,
-                prometheus,
-                now,
-            );
-            let decision = match decision {
-                Ok((method, triggers, urgency)) => Ok(candidate(
-                    &policy, workload, method, triggers, reading, urgency,
-                )),
-                Err(reason) => Err(skip(&policy, workload, reading, reason)),
-            };
+            let decision = decision(policy, workload, inventory, prometheus, now);
             route(
-                grouping,
+                policy,
                 (workload, decision),
                 &mut groups,
                 &mut units,
@@ -343,6 +297,51 @@ fn candidate(
         },
         urgency,
         oldest: oldest_start(w),
+    }
+}
+
+/// One policy's decision on one workload it selects: a bounce candidate, or a skip with its
+/// reason. A skip is a result, not an error on its way up: boxing it would cost an allocation
+/// per skipped workload, most rows of a large plan.
+#[allow(clippy::result_large_err)]
+fn decision(
+    policy: &Policy,
+    workload: &Workload,
+    inventory: &Inventory,
+    prometheus: &Prometheus,
+    now: DateTime<Utc>,
+) -> Result<Candidate, Skip> {
+    // The opt-outs come first: an excluded workload is reported excluded, whatever its override
+    // annotations say.
+    let policy = identity_gates(policy, workload, &inventory.excluded_namespaces)
+        .and_then(|()| overrides::effective(policy, workload))
+        .map_err(|reason| skip(policy, workload, None, reason))?;
+    let (reading, memory) = memory::assess(
+        policy.memory.as_ref(),
+        &policy.windows,
+        workload,
+        &inventory.metrics,
+        now,
+    );
+    let history = trend::assess_history(
+        policy.memory.as_ref(),
+        &policy.windows,
+        workload,
+        &prometheus.history,
+        now,
+    );
+    match decide(
+        &policy,
+        workload,
+        (memory, history),
+        inventory,
+        prometheus,
+        now,
+    ) {
+        Ok((method, triggers, urgency)) => Ok(candidate(
+            &policy, workload, method, triggers, reading, urgency,
+        )),
+        Err(reason) => Err(skip(&policy, workload, reading, reason)),
     }
 }
 
