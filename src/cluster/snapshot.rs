@@ -12,7 +12,7 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::error::ClusterError;
-use super::list::{first_page, pages, pages_from};
+use super::list::{Shape, first_page, pages, pages_as, pages_from};
 use super::shared::Shared;
 use super::{convert, kinds, wire};
 use crate::core::gates;
@@ -215,13 +215,14 @@ async fn each<W>(
     client: &Client,
     scope: &[String],
     url: impl Fn(Option<&str>) -> String,
+    shape: Shape,
     mut item: impl FnMut(W),
 ) -> Result<(), kube::Error>
 where
     W: DeserializeOwned,
 {
     for url in urls(scope, url) {
-        pages(client, &url, &ListParams::default(), &mut item).await?;
+        pages_as(client, &url, &ListParams::default(), shape, &mut item).await?;
     }
     Ok(())
 }
@@ -240,13 +241,14 @@ async fn list<W, T>(
     client: &Client,
     scope: &[String],
     url: impl Fn(Option<&str>) -> String,
+    shape: Shape,
     mut f: impl FnMut(W) -> T,
 ) -> Result<Vec<T>, kube::Error>
 where
     W: DeserializeOwned,
 {
     let mut out = Vec::new();
-    each(client, scope, url, |w| out.push(f(w))).await?;
+    each(client, scope, url, shape, |w| out.push(f(w))).await?;
     Ok(out)
 }
 
@@ -298,19 +300,25 @@ async fn controllers(
     let url = |ns: Option<&str>| kinds::collection(kind, ns);
     // Workloads whose kept template labels are the same share one map.
     let mut shared: BTreeSet<Arc<BTreeMap<String, String>>> = BTreeSet::new();
-    list(client, scope, url, |mut c: wire::Controller| {
-        if let Some(t) = c.spec.as_mut().and_then(|s| s.template.metadata.as_mut()) {
-            retain(&mut t.labels, keep);
-        }
-        let mut w = convert::controller(kind, c);
-        match shared.get(&*w.template_labels) {
-            Some(same) => w.template_labels = Arc::clone(same),
-            None => {
-                shared.insert(Arc::clone(&w.template_labels));
+    list(
+        client,
+        scope,
+        url,
+        Shape::Whole,
+        |mut c: wire::Controller| {
+            if let Some(t) = c.spec.as_mut().and_then(|s| s.template.metadata.as_mut()) {
+                retain(&mut t.labels, keep);
             }
-        }
-        w
-    })
+            let mut w = convert::controller(kind, c);
+            match shared.get(&*w.template_labels) {
+                Some(same) => w.template_labels = Arc::clone(same),
+                None => {
+                    shared.insert(Arc::clone(&w.template_labels));
+                }
+            }
+            w
+        },
+    )
     .await
 }
 
@@ -331,6 +339,7 @@ pub async fn snapshot(
             client,
             &[],
             |_| Namespace::url_path(&(), None),
+            Shape::Metadata,
             excluded_namespace,
         )
         .await
@@ -340,7 +349,7 @@ pub async fn snapshot(
     let pods = Mutex::new(Pods::default());
     let metrics = async {
         let usage = |m| lock(&pods).metrics(m);
-        match each(metrics_client, scope, pod_metrics, usage).await {
+        match each(metrics_client, scope, pod_metrics, Shape::Whole, usage).await {
             Ok(()) => MetricsState::Available,
             Err(e) => MetricsState::Unavailable(metrics_failure(&e)),
         }
@@ -357,6 +366,7 @@ pub async fn snapshot(
                 client,
                 scope,
                 pdb_url,
+                Shape::Whole,
                 <Pdb as From<wire::PodDisruptionBudget>>::from,
             ),
             first_page(client, &pod_urls[0], &params),
@@ -383,7 +393,7 @@ pub async fn snapshot(
     let (pdbs, rs, deployments, statefulsets, daemonsets, excluded, metrics) = futures::join!(
         pdbs_then_pods,
         async {
-            list(client, scope, kinds::replicasets, rs_owner)
+            list(client, scope, kinds::replicasets, Shape::Metadata, rs_owner)
                 .await
                 .map_err(wrap("replicasets"))
         },
@@ -522,9 +532,15 @@ pub async fn read_context(
         let url = Namespace::url_path(&(), None);
         let by_name = ListParams::default().fields(&format!("metadata.name={namespace}"));
         let mut excluded = BTreeSet::new();
-        pages(client, &url, &by_name, |n: wire::Namespace| {
-            excluded.extend(excluded_namespace(n));
-        })
+        pages_as(
+            client,
+            &url,
+            &by_name,
+            Shape::Metadata,
+            |n: wire::Namespace| {
+                excluded.extend(excluded_namespace(n));
+            },
+        )
         .await?;
         Ok::<_, kube::Error>(excluded)
     };
@@ -532,6 +548,7 @@ pub async fn read_context(
         client,
         &scope,
         |ns| PodDisruptionBudget::url_path(&(), ns),
+        Shape::Whole,
         <Pdb as From<wire::PodDisruptionBudget>>::from,
     );
     let (excluded, pdbs) = futures::join!(excluded, pdbs);
@@ -552,12 +569,18 @@ pub async fn read_workload(client: &Client, target: &WorkloadRef) -> Result<Work
     if target.kind == Kind::Deployment {
         let url = kinds::replicasets(Some(ns));
         let owners = &mut w.pod_owners;
-        pages(client, &url, &selected, |r: wire::ReplicaSet| {
-            let uid = r.metadata.uid.clone().unwrap_or_default();
-            if rs_owner(r).1.as_deref() == Some(target.name.as_str()) {
-                owners.push(uid);
-            }
-        })
+        pages_as(
+            client,
+            &url,
+            &selected,
+            Shape::Metadata,
+            |r: wire::ReplicaSet| {
+                let uid = r.metadata.uid.clone().unwrap_or_default();
+                if rs_owner(r).1.as_deref() == Some(target.name.as_str()) {
+                    owners.push(uid);
+                }
+            },
+        )
         .await?;
     }
     // By UID: a pod that only carries the names of the workload's controllers (one deleted and
