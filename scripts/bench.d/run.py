@@ -820,7 +820,7 @@ def targets(sizes, bounce):
             sent = lambda x: sum(x["bytes"].values())
             # kubectl reads the pods only; the plan also reads the workloads and PodMetrics (the
             # latter through the aggregator: metrics-server's time counts as the server's).
-            pods_only = b["seconds"].get(("LIST", "pods"), 0.0)
+            pods_only = b["seconds"].get("LIST pods", 0.0)
             # Time serving, not bytes: kubectl (Go's HTTP transport) accepts gzip, so the server
             # compresses its pages and sends a twentieth of the bytes, at a CPU cost of its own.
             out.append((f"{s['pods']:,} {SHAPES[shape]}: the API server's time serving one bouncer plan <= one "
