@@ -22,8 +22,8 @@ const PAGE: u32 = 5000;
 pub enum Shape {
     Whole,
     /// Only the metadata (a `PartialObjectMetadataList`), for the kinds bouncer reads nothing
-    /// else of: at 7,000 ReplicaSets a page is 15.0 MB instead of 21.9 MB and the server answers
-    /// it in half the time, without encoding the pod template. The `Accept` header names plain
+    /// else of: a page of 5,000 ReplicaSets is 15.0 MB instead of 21.9 MB and the server answers
+    /// it in half the time, without encoding their pod templates. The `Accept` header names plain
     /// JSON second, so a server that cannot convert sends the whole objects instead.
     Metadata,
 }
