@@ -7,7 +7,7 @@ use kube::Client;
 use kube::api::ListParams;
 use serde::de::{DeserializeOwned, Error as _};
 
-use super::wire::ListMeta;
+use super::wire::{ListMeta, Object};
 
 const SLICE: usize = 16 * 1024;
 /// Objects per LIST page. Items are read as they stream, so a page costs bouncer no more memory
@@ -17,17 +17,8 @@ const SLICE: usize = 16 * 1024;
 /// never has to build a response of a whole large cluster at once.
 const PAGE: u32 = 5000;
 
-/// What a LIST asks the API server to send of each object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shape {
-    Whole,
-    /// Only the metadata (a `PartialObjectMetadataList`), for the kinds bouncer reads nothing
-    /// else of: a page of 5,000 ReplicaSets is 15.0 MB instead of 21.9 MB and the server answers
-    /// it in half the time, without encoding their pod templates. The `Accept` header names plain
-    /// JSON second, so a server that cannot convert sends the whole objects instead.
-    Metadata,
-}
-
+/// Names plain JSON second, so a server that cannot convert sends the whole objects, which the
+/// same metadata-only wire type reads.
 const METADATA_LIST: &str =
     "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
 
@@ -235,36 +226,20 @@ pub async fn pages<W>(
     item: impl FnMut(W),
 ) -> Result<Option<String>, kube::Error>
 where
-    W: DeserializeOwned,
+    W: DeserializeOwned + Object,
 {
-    pages_as(client, url, params, Shape::Whole, item).await
+    let first = first_page::<W>(client, url, params).await?;
+    pages_from(client, url, params, first, item).await
 }
 
-/// [`pages`], each object sent in `shape`.
-pub async fn pages_as<W>(
+/// The first page of a LIST of `W`, requested and answered but not yet read, so that the request
+/// can be in flight while something its reading depends on is still being fetched.
+pub async fn first_page<W: Object>(
     client: &Client,
     url: &str,
     params: &ListParams,
-    shape: Shape,
-    item: impl FnMut(W),
-) -> Result<Option<String>, kube::Error>
-where
-    W: DeserializeOwned,
-{
-    let first = client.request_stream(page(url, params, shape)?).await?;
-    rest(client, url, params, shape, first, item).await
-}
-
-/// The first page of a LIST, requested and answered but not yet read, so that the request can be
-/// in flight while something its reading depends on is still being fetched.
-pub async fn first_page(
-    client: &Client,
-    url: &str,
-    params: &ListParams,
-) -> Result<impl AsyncBufRead + use<>, kube::Error> {
-    client
-        .request_stream(page(url, params, Shape::Whole)?)
-        .await
+) -> Result<impl AsyncBufRead + use<W>, kube::Error> {
+    client.request_stream(page::<W>(url, params)?).await
 }
 
 /// [`pages`], from a first page already opened by [`first_page`] with the same `url` and `params`.
@@ -273,25 +248,10 @@ pub async fn pages_from<W>(
     url: &str,
     params: &ListParams,
     first: impl AsyncBufRead,
-    item: impl FnMut(W),
-) -> Result<Option<String>, kube::Error>
-where
-    W: DeserializeOwned,
-{
-    rest(client, url, params, Shape::Whole, first, item).await
-}
-
-/// Reads the opened first page, then requests and reads each next one.
-async fn rest<W>(
-    client: &Client,
-    url: &str,
-    params: &ListParams,
-    shape: Shape,
-    first: impl AsyncBufRead,
     mut item: impl FnMut(W),
 ) -> Result<Option<String>, kube::Error>
 where
-    W: DeserializeOwned,
+    W: DeserializeOwned + Object,
 {
     let mut meta = read_list(first, &mut item).await?;
     let mut params = params.clone();
@@ -300,20 +260,16 @@ where
             Some(token) => params = params.continue_token(&token),
             None => return Ok(meta.resource_version),
         }
-        let body = client.request_stream(page(url, &params, shape)?).await?;
+        let body = client.request_stream(page::<W>(url, &params)?).await?;
         meta = read_list(body, &mut item).await?;
     }
 }
 
-fn page(
-    url: &str,
-    params: &ListParams,
-    shape: Shape,
-) -> Result<http::Request<Vec<u8>>, kube::Error> {
+fn page<W: Object>(url: &str, params: &ListParams) -> Result<http::Request<Vec<u8>>, kube::Error> {
     let mut req = kube::core::Request::new(url)
         .list(&params.clone().limit(PAGE))
         .map_err(kube::Error::BuildRequest)?;
-    if shape == Shape::Metadata {
+    if W::METADATA_ONLY {
         req.headers_mut().insert(
             http::header::ACCEPT,
             http::HeaderValue::from_static(METADATA_LIST),
@@ -365,25 +321,35 @@ mod tests {
         Ok((names, splitter.finish()?.continue_))
     }
 
-    /// Metadata-only pages still name plain JSON, so a server that cannot convert answers whole
-    /// objects, which the same wire type reads; every page of the LIST asks the same.
+    fn accept<W: Object>() -> Option<String> {
+        let params = ListParams::default().continue_token("next");
+        let req = page::<W>("/apis/apps/v1/replicasets", &params).unwrap();
+        assert!(req.uri().query().unwrap().contains("continue=next"));
+        req.headers()
+            .get(http::header::ACCEPT)
+            .map(|v| v.to_str().unwrap().to_string())
+    }
+
+    /// The kinds read for their metadata alone ask for it on every page, naming plain JSON as the
+    /// fallback; the kinds whose spec or status is read ask for the whole objects.
     #[test]
     fn metadata_pages_ask_for_partial_metadata_with_plain_json_as_fallback() {
-        let accept = |shape| {
-            let params = ListParams::default().continue_token("next");
-            let req = page("/apis/apps/v1/replicasets", &params, shape).unwrap();
-            assert!(req.uri().query().unwrap().contains("continue=next"));
-            req.headers()
-                .get(http::header::ACCEPT)
-                .map(|v| v.to_str().unwrap().to_string())
-        };
-        assert_eq!(
-            accept(Shape::Metadata).as_deref(),
-            Some(
-                "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
-            )
-        );
-        assert_eq!(accept(Shape::Whole), None);
+        for metadata_only in [accept::<wire::ReplicaSet>(), accept::<wire::Namespace>()] {
+            assert_eq!(
+                metadata_only.as_deref(),
+                Some(
+                    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+                )
+            );
+        }
+        for whole in [
+            accept::<wire::Pod>(),
+            accept::<wire::Controller>(),
+            accept::<wire::PodMetrics>(),
+            accept::<wire::PodDisruptionBudget>(),
+        ] {
+            assert_eq!(whole, None);
+        }
     }
 
     #[test]

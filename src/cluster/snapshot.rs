@@ -12,7 +12,7 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::error::ClusterError;
-use super::list::{Shape, first_page, pages, pages_as, pages_from};
+use super::list::{first_page, pages, pages_from};
 use super::shared::Shared;
 use super::{convert, kinds, wire};
 use crate::core::gates;
@@ -215,14 +215,13 @@ async fn each<W>(
     client: &Client,
     scope: &[String],
     url: impl Fn(Option<&str>) -> String,
-    shape: Shape,
     mut item: impl FnMut(W),
 ) -> Result<(), kube::Error>
 where
-    W: DeserializeOwned,
+    W: DeserializeOwned + wire::Object,
 {
     for url in urls(scope, url) {
-        pages_as(client, &url, &ListParams::default(), shape, &mut item).await?;
+        pages(client, &url, &ListParams::default(), &mut item).await?;
     }
     Ok(())
 }
@@ -241,14 +240,13 @@ async fn list<W, T>(
     client: &Client,
     scope: &[String],
     url: impl Fn(Option<&str>) -> String,
-    shape: Shape,
     mut f: impl FnMut(W) -> T,
 ) -> Result<Vec<T>, kube::Error>
 where
-    W: DeserializeOwned,
+    W: DeserializeOwned + wire::Object,
 {
     let mut out = Vec::new();
-    each(client, scope, url, shape, |w| out.push(f(w))).await?;
+    each(client, scope, url, |w| out.push(f(w))).await?;
     Ok(out)
 }
 
@@ -300,25 +298,19 @@ async fn controllers(
     let url = |ns: Option<&str>| kinds::collection(kind, ns);
     // Workloads whose kept template labels are the same share one map.
     let mut shared: BTreeSet<Arc<BTreeMap<String, String>>> = BTreeSet::new();
-    list(
-        client,
-        scope,
-        url,
-        Shape::Whole,
-        |mut c: wire::Controller| {
-            if let Some(t) = c.spec.as_mut().and_then(|s| s.template.metadata.as_mut()) {
-                retain(&mut t.labels, keep);
+    list(client, scope, url, |mut c: wire::Controller| {
+        if let Some(t) = c.spec.as_mut().and_then(|s| s.template.metadata.as_mut()) {
+            retain(&mut t.labels, keep);
+        }
+        let mut w = convert::controller(kind, c);
+        match shared.get(&*w.template_labels) {
+            Some(same) => w.template_labels = Arc::clone(same),
+            None => {
+                shared.insert(Arc::clone(&w.template_labels));
             }
-            let mut w = convert::controller(kind, c);
-            match shared.get(&*w.template_labels) {
-                Some(same) => w.template_labels = Arc::clone(same),
-                None => {
-                    shared.insert(Arc::clone(&w.template_labels));
-                }
-            }
-            w
-        },
-    )
+        }
+        w
+    })
     .await
 }
 
@@ -339,7 +331,6 @@ pub async fn snapshot(
             client,
             &[],
             |_| Namespace::url_path(&(), None),
-            Shape::Metadata,
             excluded_namespace,
         )
         .await
@@ -349,7 +340,7 @@ pub async fn snapshot(
     let pods = Mutex::new(Pods::default());
     let metrics = async {
         let usage = |m| lock(&pods).metrics(m);
-        match each(metrics_client, scope, pod_metrics, Shape::Whole, usage).await {
+        match each(metrics_client, scope, pod_metrics, usage).await {
             Ok(()) => MetricsState::Available,
             Err(e) => MetricsState::Unavailable(metrics_failure(&e)),
         }
@@ -366,10 +357,9 @@ pub async fn snapshot(
                 client,
                 scope,
                 pdb_url,
-                Shape::Whole,
                 <Pdb as From<wire::PodDisruptionBudget>>::from,
             ),
-            first_page(client, &pod_urls[0], &params),
+            first_page::<wire::Pod>(client, &pod_urls[0], &params),
         );
         let pdbs = pdbs.map_err(wrap("poddisruptionbudgets"))?;
         let mut keep = label_keys.clone();
@@ -393,7 +383,7 @@ pub async fn snapshot(
     let (pdbs, rs, deployments, statefulsets, daemonsets, excluded, metrics) = futures::join!(
         pdbs_then_pods,
         async {
-            list(client, scope, kinds::replicasets, Shape::Metadata, rs_owner)
+            list(client, scope, kinds::replicasets, rs_owner)
                 .await
                 .map_err(wrap("replicasets"))
         },
@@ -532,15 +522,9 @@ pub async fn read_context(
         let url = Namespace::url_path(&(), None);
         let by_name = ListParams::default().fields(&format!("metadata.name={namespace}"));
         let mut excluded = BTreeSet::new();
-        pages_as(
-            client,
-            &url,
-            &by_name,
-            Shape::Metadata,
-            |n: wire::Namespace| {
-                excluded.extend(excluded_namespace(n));
-            },
-        )
+        pages(client, &url, &by_name, |n: wire::Namespace| {
+            excluded.extend(excluded_namespace(n));
+        })
         .await?;
         Ok::<_, kube::Error>(excluded)
     };
@@ -548,7 +532,6 @@ pub async fn read_context(
         client,
         &scope,
         |ns| PodDisruptionBudget::url_path(&(), ns),
-        Shape::Whole,
         <Pdb as From<wire::PodDisruptionBudget>>::from,
     );
     let (excluded, pdbs) = futures::join!(excluded, pdbs);
@@ -569,18 +552,12 @@ pub async fn read_workload(client: &Client, target: &WorkloadRef) -> Result<Work
     if target.kind == Kind::Deployment {
         let url = kinds::replicasets(Some(ns));
         let owners = &mut w.pod_owners;
-        pages_as(
-            client,
-            &url,
-            &selected,
-            Shape::Metadata,
-            |r: wire::ReplicaSet| {
-                let uid = r.metadata.uid.clone().unwrap_or_default();
-                if rs_owner(r).1.as_deref() == Some(target.name.as_str()) {
-                    owners.push(uid);
-                }
-            },
-        )
+        pages(client, &url, &selected, |r: wire::ReplicaSet| {
+            let uid = r.metadata.uid.clone().unwrap_or_default();
+            if rs_owner(r).1.as_deref() == Some(target.name.as_str()) {
+                owners.push(uid);
+            }
+        })
         .await?;
     }
     // By UID: a pod that only carries the names of the workload's controllers (one deleted and
