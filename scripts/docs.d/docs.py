@@ -384,9 +384,9 @@ SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
 def links(text: str) -> Iterator[tuple[int, str]]:
-    """(line, target) of every link and image outside code."""
+    """(line where it starts, target) of every link and image outside code."""
     plain = blank(text)
-    found = [(m.start(1), m.group(1)) for m in LINK.finditer(plain)]
+    found = [(m.start(), m.group(1)) for m in LINK.finditer(plain)]
     found += [(m.start(1), m.group(1)) for m in REFERENCE.finditer(plain)]
     for start, target in sorted(found):
         yield plain.count("\n", 0, start) + 1, target.strip("<>")
