@@ -64,7 +64,7 @@ def main():
         ax_rss.plot([pods], [mib], marker="_", markersize=22, color="#d62728", alpha=0.6)
         ax_rss.annotate(f"target {mib} MiB", (pods, mib), textcoords="offset points", xytext=(8, -10),
                         fontsize=7, color="#d62728")
-    note = "memory-leak-reloader: not measured (the Go module proxy does not serve it; see the README)" if data.get("mlr") else ""
+    note = "memory-leak-reloader: not measured (the Go module proxy does not serve it; see docs/performance.md)" if data.get("mlr") else ""
     fig.suptitle("bouncer plan against the API server floors and other tools, one dry-run decision over every pod"
                  + ("\n" + note[:150] if note else ""), fontsize=10)
     fig.tight_layout()

@@ -64,9 +64,10 @@ impl Env {
     }
 }
 
-/// Where the run lock lives unless set: a fixed namespace, the one the README installs the
-/// chart in, never the kubeconfig context's. A person's run from a laptop must take the same
-/// Lease as the CronJob, or both bounce at once and neither sees the other's bare-pod marks.
+/// Where the run lock lives unless set: a fixed namespace, the one the README and docs/install.md
+/// install the chart in, never the kubeconfig context's. A person's run from a laptop must take
+/// the same Lease as the CronJob, or both bounce at once and neither sees the other's bare-pod
+/// marks.
 pub const DEFAULT_LEASE_NAMESPACE: &str = "bouncer";
 
 /// Effective settings after flags, environment and defaults are merged.

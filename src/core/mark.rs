@@ -27,7 +27,7 @@ pub const MAX_ATTEMPTS: usize = 10;
 /// Earlier attempts older than this before the latest are dropped when the mark is rewritten,
 /// and bare pods' marks older than this are dropped from the Lease: a `breaker.per` longer than
 /// this could not be counted (validated against it), and a cooldown longer than this is not
-/// honoured for bare pods (documented in the README).
+/// honoured for bare pods (documented in docs/safety.md, rule 1).
 pub const RETENTION: chrono::TimeDelta = chrono::TimeDelta::days(30);
 
 impl Attempt {

@@ -115,7 +115,8 @@ async fn run_from_laptop(
 }
 
 /// The namespace every run's Lease lives in unless told otherwise (the chart's install
-/// namespace in the README); shared by the tests, so it is created if missing and never deleted.
+/// namespace in docs/install.md); shared by the tests, so it is created if missing and never
+/// deleted.
 const SHARED: &str = "bouncer";
 
 async fn shared_namespace(client: &Client) {

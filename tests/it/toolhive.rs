@@ -226,7 +226,8 @@ fn report(run: &Bounced) -> String {
     format!("stderr: {}\nreport: {:#}", run.stderr, run.report)
 }
 
-/// `bouncer run` that also writes the table report, printed for the README's real examples.
+/// `bouncer run` that also writes the table report, printed for the real examples in
+/// docs/toolhive.md.
 async fn run_with_table(policies: &Policies, ns: &str, title: &str) -> Bounced {
     let dir = tempfile::tempdir().expect("temp dir");
     let table = dir.path().join("report.txt");
