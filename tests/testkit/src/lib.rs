@@ -53,6 +53,7 @@
 //! ```
 
 pub mod cluster;
+mod crd_gate;
 pub mod fixtures;
 pub mod flux;
 pub mod git;

@@ -12,7 +12,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -20,9 +19,9 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::cluster::{cluster, kubectl, repo_root, target_dir};
+use crate::crd_gate::CrdTurn;
 
 /// The last release whose reconcilers rebuild the pod template's annotations and compare them
 /// with `maps.Equal`, so they strip `kubectl.kubernetes.io/restartedAt` (ToolHive #6344).
@@ -37,10 +36,6 @@ const VERSION: &str = "v1beta1";
 /// Time for the operator's caches to sync and its controllers to start.
 const STARTUP: Duration = Duration::from_secs(90);
 
-/// The CRDs are cluster-wide and differ between versions, so tests of different versions must
-/// not overlap: every operator holds this gate while it runs (tests of it run one at a time).
-static GATE: LazyLock<Arc<Mutex<()>>> = LazyLock::new(|| Arc::new(Mutex::new(())));
-
 /// A running ToolHive operator watching one namespace, or several (comma-separated).
 pub struct ToolHiveOperator {
     child: Child,
@@ -49,7 +44,9 @@ pub struct ToolHiveOperator {
     version: String,
     ns: String,
     log: PathBuf,
-    _gate: OwnedMutexGuard<()>,
+    /// The CRDs are cluster-wide and differ between versions: operators of different versions
+    /// never overlap (across test processes); those of one version run side by side.
+    _turn: CrdTurn,
 }
 
 impl std::fmt::Debug for ToolHiveOperator {
@@ -67,7 +64,7 @@ impl ToolHiveOperator {
     /// namespace, or several separated by commas, as `WATCH_NAMESPACE` takes them) and waits
     /// until its controllers run.
     pub async fn start(version: &str, ns: &str) -> Result<Self> {
-        let gate = GATE.clone().lock_owned().await;
+        let turn = CrdTurn::take(version).await?;
         let dir = built(version)?;
         install_crds(&dir, version)?;
         let logs = target_dir().join("toolhive-logs");
@@ -81,7 +78,7 @@ impl ToolHiveOperator {
             version: version.to_string(),
             ns: ns.to_string(),
             log,
-            _gate: gate,
+            _turn: turn,
         };
         operator.wait_started(0).await?;
         Ok(operator)
