@@ -193,26 +193,22 @@ def number(value: Any) -> str:
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
+# Schema keyword -> how its bound reads in the reference, in the order they are listed.
+BOUNDS = (
+    ("minimum", "at least {}"),
+    ("exclusiveMinimum", "more than {}"),
+    ("maximum", "at most {}"),
+    ("exclusiveMaximum", "less than {}"),
+    ("minLength", "at least {} characters"),
+    ("maxLength", "at most {} characters"),
+    ("minItems", "at least {} items"),
+    ("maxItems", "at most {} items"),
+    ("pattern", "matches `{}`"),
+)
+
+
 def constraints(node: dict[str, Any]) -> list[str]:
-    out = []
-    if "minimum" in node:
-        out.append(f"at least {number(node['minimum'])}")
-    if "exclusiveMinimum" in node:
-        out.append(f"more than {number(node['exclusiveMinimum'])}")
-    if "maximum" in node:
-        out.append(f"at most {number(node['maximum'])}")
-    if "exclusiveMaximum" in node:
-        out.append(f"less than {number(node['exclusiveMaximum'])}")
-    if "minLength" in node:
-        out.append(f"at least {node['minLength']} characters")
-    if "maxLength" in node:
-        out.append(f"at most {node['maxLength']} characters")
-    if "minItems" in node:
-        out.append(f"at least {node['minItems']} items")
-    if "maxItems" in node:
-        out.append(f"at most {node['maxItems']} items")
-    if "pattern" in node:
-        out.append(f"matches `{node['pattern']}`")
+    out = [text.format(number(node[key])) for key, text in BOUNDS if key in node]
     if node.get("minProperties") == 1:
         out.append("at least one field")
     elif "minProperties" in node:
