@@ -244,6 +244,19 @@ fn a_half_restarted_group_is_finished_on_the_next_run() {
     // The backend itself is not due again: it only starts the group's bounce.
     assert_eq!(reason_of(&plan, "fetch").code(), "notDue");
 
+    // A pod's start is written in whole seconds, the mark to the millisecond: a pod created in
+    // the mark's own second is newer than the mark.
+    let mut same_second = backend.clone();
+    same_second.attempt = AttemptMark::Seen(Box::new(AttemptHistory::of(&Attempt {
+        time: bounced + chrono::TimeDelta::milliseconds(68),
+        policy: "mcp".into(),
+        method: Method::Rollout,
+        outcome: AttemptOutcome::Started,
+    })));
+    same_second.pods[0].started = Some(bounced);
+    let plan = run(&[p.clone()], &inventory(vec![same_second, proxy.clone()]));
+    assert_eq!(names(&plan), ["fetch"], "{plan:#?}");
+
     // The proxy restarted after the backend's bounce: the group is whole, nothing is due.
     let mut whole = proxy;
     whole.pods[0].started = Some(bounced + chrono::TimeDelta::seconds(90));

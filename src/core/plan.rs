@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 
 pub use crate::core::gates::{
     admits, blocker, cooldown, identity_gates, oldest_start, preflight, safety,
@@ -484,7 +484,8 @@ fn bounced_at(policy: &Policy, w: &Workload) -> Option<DateTime<Utc>> {
     let a = history.latest()?;
     let restarted = match a.outcome {
         AttemptOutcome::Bounced => true,
-        // Pods of the old template may still be terminating: only the live ones tell.
+        // Pods of the old template may still be terminating: only the live ones tell. A pod's
+        // start is written in whole seconds, the mark to the millisecond.
         AttemptOutcome::Started => w
             .pods
             .iter()
@@ -492,7 +493,7 @@ fn bounced_at(policy: &Policy, w: &Workload) -> Option<DateTime<Utc>> {
             .map(|p| p.started)
             .min()
             .flatten()
-            .is_some_and(|t| t >= a.time),
+            .is_some_and(|t| t >= a.time.trunc_subsecs(0)),
         _ => false,
     };
     (a.policy == policy.name && restarted).then_some(a.time)
@@ -521,7 +522,7 @@ fn unfinished(
     };
     let left = members.iter().any(|(w, _)| {
         bounced_at(policy, w).is_none_or(|t| t < at - GROUP_SPAN)
-            && restarted(w).is_some_and(|r| r < at)
+            && restarted(w).is_some_and(|r| r < at.trunc_subsecs(0))
     });
     left.then_some((member, at))
 }
