@@ -19,7 +19,7 @@ use crate::cluster::watch::{self as rollout, WaitError};
 use crate::cluster::{restart, revert, toolhive};
 use crate::core::action::{Action, Context, EventKind, Fresh, Observation, Stage};
 use crate::core::history::{self, Needs};
-use crate::core::literals::{REASON_BOUNCED, REASON_FAILED, REASON_REVERTED};
+use crate::core::literals::{REASON_BOUNCED, REASON_FAILED, REASON_REVERTED, REASON_SUPERSEDED};
 use crate::core::mark::{AttemptMark, BareMarks, bare_key};
 use crate::core::model::{Kind, Workload, WorkloadRef};
 use crate::core::outcome::{Failure, FailureCode, Outcome};
@@ -235,6 +235,7 @@ impl Cluster for Kube<'_> {
                     EventKind::Bounced => (REASON_BOUNCED, Severity::Normal),
                     EventKind::Failed => (REASON_FAILED, Severity::Warning),
                     EventKind::Reverted => (REASON_REVERTED, Severity::Warning),
+                    EventKind::Superseded => (REASON_SUPERSEDED, Severity::Normal),
                 };
                 if severity == Severity::Warning {
                     tracing::warn!(workload = %event.target, "{}", event.note);

@@ -52,6 +52,8 @@ pub struct Summary {
     pub failed: usize,
     pub skipped: usize,
     pub not_attempted: usize,
+    /// Bounces someone else's restart overtook while bouncer waited (neither bounced nor failed).
+    pub superseded: usize,
     /// Would-be bounces of dry-run policies (`spec.dryRun`): planned, never carried out.
     pub dry_run: usize,
 }
@@ -192,6 +194,11 @@ pub fn build(plan: Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
                 }
                 Status::Reverted { .. } | Status::Failed(_) | Status::Interrupted(_) => {
                     summary.failed += 1
+                }
+                Status::Superseded { .. } => {
+                    summary.superseded += 1;
+                    row.reason_code = Some("superseded".into());
+                    row.reason = o.verification.clone().unwrap_or_default();
                 }
                 Status::NotAttempted(held_by) => {
                     summary.not_attempted += 1;
@@ -365,6 +372,9 @@ pub fn summary_line(r: &Report) -> String {
             s.bounced, s.failed, s.not_attempted, s.skipped
         ),
     };
+    if s.superseded > 0 {
+        line.push_str(&format!(", {} superseded", s.superseded));
+    }
     if s.dry_run > 0 {
         line.push_str(&format!(", {} in dry-run policies", s.dry_run));
     }

@@ -184,7 +184,7 @@ fn json_has_the_documented_stable_fields() {
     assert_eq!(v["mode"], "run");
     assert_eq!(
         v["summary"],
-        serde_json::json!({"planned": 2, "bounced": 1, "failed": 0, "skipped": 1, "notAttempted": 1, "dryRun": 0})
+        serde_json::json!({"planned": 2, "bounced": 1, "failed": 0, "skipped": 1, "notAttempted": 1, "superseded": 0, "dryRun": 0})
     );
     let first = &v["rows"][0];
     assert_eq!(first["order"], 1);

@@ -26,6 +26,7 @@ pub enum EventKind {
     Bounced,
     Failed,
     Reverted,
+    Superseded,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -518,6 +518,10 @@ impl<'a> Machine<'a> {
                 ),
             )),
             Status::Failed(why) => Some(self.event(EventKind::Failed, why.detail.clone())),
+            Status::Superseded { .. } => Some(self.event(
+                EventKind::Superseded,
+                self.outcome.verification.clone().unwrap_or_default(),
+            )),
             _ => None,
         };
         self.queued.extend(event);

@@ -26,7 +26,7 @@ impl Machine<'_> {
         };
         let restart = self.restart.as_ref().expect("restarted before verifying");
         let written = restart.written.as_deref().unwrap_or_default();
-        match verify::check(&after, restart.method, written, &restart.old) {
+        match verify::check(&after, restart.method, written, &restart.old, now) {
             Verdict::Verified { pods } => {
                 self.outcome.verification = Some(format!(
                     "{} intact, {pods}/{pods} pods new and ready",
@@ -44,6 +44,14 @@ impl Machine<'_> {
                 self.outcome.verification = Some(detail.clone());
                 let detail = format!("rollout completed but verification failed: {detail}");
                 self.fail(Failure::new(FailureCode::VerifyFailed, detail), now)
+            }
+            Verdict::Superseded { found } => {
+                self.outcome.verification = Some(format!(
+                    "{} is now {found}, a restart after bouncer's ({written}): the pods roll \
+                     under it; nothing more is done to the workload",
+                    annotation_label(restart.method)
+                ));
+                self.finish(Status::Superseded { found }, now)
             }
             Verdict::Reverted { found } => {
                 self.phase = Phase::FindingReverters { found };

@@ -189,6 +189,7 @@ fn kinds(actions: &[Action]) -> Vec<&'static str> {
                 EventKind::Bounced => "event-bounced",
                 EventKind::Failed => "event-failed",
                 EventKind::Reverted => "event-reverted",
+                EventKind::Superseded => "event-superseded",
             },
             Action::Done(_) | Action::Finished => "done",
         })
@@ -460,6 +461,49 @@ fn new_pods_not_yet_ready_are_waited_for_once_more() {
         ]
     );
     assert_eq!(out.status, Status::Bounced);
+}
+
+/// Overtaken: a `kubectl rollout restart` lands while bouncer waits on its own rollout. The
+/// result is `superseded`, told and marked, with no revert lookup, no eviction and no halt.
+#[test]
+fn a_restart_after_bouncer_s_supersedes_it_and_does_not_halt() {
+    let (p, w) = (policy("p", "web"), web(2));
+    let later = "2026-03-10T03:30:04Z";
+    let script = Script {
+        reads: [Ok(fresh(&w)), Ok(fresh(&rolled(&w, later)))].into(),
+        ..Script::default()
+    };
+    let (actions, out) = run(&bounce_of(&w, &p), &p, script);
+    assert_eq!(
+        kinds(&actions),
+        [
+            "read",
+            "patch",
+            "wait-rollout",
+            "verify-read",
+            "mark",
+            "event-superseded"
+        ]
+    );
+    assert_eq!(
+        out.status,
+        Status::Superseded {
+            found: later.into()
+        }
+    );
+    assert!(!out.status.halts() && !out.status.bounced());
+    assert_eq!(final_mark(&actions), Some(AttemptOutcome::Superseded));
+    assert!(
+        !AttemptOutcome::Superseded.failed(),
+        "not counted by the breaker"
+    );
+    assert_eq!(
+        out.verification.as_deref(),
+        Some(
+            "restartedAt is now 2026-03-10T03:30:04Z, a restart after bouncer's \
+             (2026-03-10T03:30:00Z): the pods roll under it; nothing more is done to the workload"
+        )
+    );
 }
 
 fn reverted(w: &Workload) -> Workload {

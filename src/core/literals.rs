@@ -54,6 +54,8 @@ pub const BUILTIN_MANAGERS: &[&str] = &[
 pub const REASON_BOUNCED: &str = "Bounced";
 pub const REASON_FAILED: &str = "BounceFailed";
 pub const REASON_REVERTED: &str = "BounceReverted";
+/// Someone else's restart overtook bouncer's while it waited (Normal).
+pub const REASON_SUPERSEDED: &str = "BounceSuperseded";
 /// A due workload the circuit breaker (`spec.breaker`) kept from being bounced (Warning).
 pub const REASON_BREAKER_OPEN: &str = "BounceBreakerOpen";
 /// A due workload its policy's `blockWhen` held back: a firing alert, or no answer (Warning).

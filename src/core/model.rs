@@ -331,6 +331,8 @@ pub enum AttemptOutcome {
     Reverted,
     Failed,
     Interrupted,
+    /// Someone restarted the workload again while bouncer waited on its own restart.
+    Superseded,
 }
 
 /// One attempt, as stored (JSON in the annotation value).

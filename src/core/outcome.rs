@@ -115,6 +115,10 @@ pub enum Status {
     Skipped(SkipReason),
     /// Patch, rollout, eviction or verification failed. Halts the queue.
     Failed(Failure),
+    /// Someone restarted the workload again while bouncer waited (the later restart's value):
+    /// its pods roll under that restart. Neither a failure nor bouncer's bounce; the queue goes
+    /// on and the breaker does not count it.
+    Superseded { found: String },
     /// The run was asked to stop (SIGTERM, or the lock was lost: the text says which) during
     /// this bounce or right before it; nothing new is started after that.
     Interrupted(String),
@@ -141,6 +145,7 @@ impl Status {
             Status::Bounced => "bounced",
             Status::RevertedEvicted { .. } => "revertedEvicted",
             Status::Reverted { .. } => "reverted",
+            Status::Superseded { .. } => "superseded",
             Status::Skipped(_) => "skipped",
             Status::Failed(_) => "failed",
             Status::Interrupted(_) => "interrupted",
@@ -177,6 +182,7 @@ pub fn attempt_outcome(status: &Status) -> AttemptOutcome {
         Status::RevertedEvicted { .. } => AttemptOutcome::RevertedEvicted,
         Status::Reverted { .. } => AttemptOutcome::Reverted,
         Status::Interrupted(_) => AttemptOutcome::Interrupted,
+        Status::Superseded { .. } => AttemptOutcome::Superseded,
         Status::Failed(_) | Status::Skipped(_) | Status::NotAttempted(_) => AttemptOutcome::Failed,
     }
 }

@@ -16,7 +16,7 @@ use crate::core::outcome::{Failure, FailureCode, Outcome, Status};
 use crate::core::plan::Bounce;
 use crate::core::policy::Policy;
 use crate::core::recheck;
-use crate::core::verify::{annotation_label, restart_annotation};
+use crate::core::verify::{annotation_label, restart_annotation, supersedes};
 
 /// A restart group, as the queue tells groups apart: by namespace too.
 type GroupKey = (String, Group);
@@ -316,6 +316,16 @@ impl<'a> Queue<'a> {
                 let found = restart_annotation(out.method, &fresh.workload);
                 if found.as_deref() == Some(written.as_str()) {
                     out.last_confirmed = Some(now);
+                    return self.advance_confirming(pending, now, stop);
+                }
+                // A restart after the verified bounce is not a revert: bouncer's restart held,
+                // and the later one is its author's to watch.
+                if let Some(later) = found.clone().filter(|f| supersedes(f, &written, now)) {
+                    let note = out.verification.take().unwrap_or_default();
+                    out.verification = Some(format!(
+                        "{note}; restarted again since, {} is now {later}",
+                        annotation_label(out.method)
+                    ));
                     return self.advance_confirming(pending, now, stop);
                 }
                 self.between = Between::FindingReverters {

@@ -213,6 +213,49 @@ fn a_revert_found_by_the_confirmation_halts_the_rest() {
     assert!(fake.log.iter().any(|l| l == "event Reverted one"));
 }
 
+/// A restart after the verified bounce (kubectl rollout restart) is not a revert: the bounce
+/// stands, the note says so, and the queue goes on.
+#[test]
+fn a_later_restart_found_by_the_confirmation_is_no_revert() {
+    let p = policy("p", "web");
+    let ws = [named("a", "one", 2), named("a", "two", 2)];
+    let bounces: Vec<_> = ws.iter().map(|w| bounce_of(w, &p)).collect();
+    let by_name: BTreeMap<&str, &Policy> = [("p", &p)].into();
+    let mut q = Queue::new(&bounces, &by_name, Duration::from_secs(600), Duration::ZERO);
+    let mut fake = Fake::new(&ws);
+    let mut seen = Observation::Begin;
+    let mut reads_of_one = 0;
+    let outcomes = loop {
+        let a = q.step(seen, t(NOW), None);
+        if let Action::Finished = a {
+            break q.outcomes();
+        }
+        seen = fake.answer(&a);
+        if let Action::Read {
+            target,
+            context: false,
+            ..
+        } = &a
+            && target.name == "one"
+        {
+            reads_of_one += 1;
+            if reads_of_one == 2
+                && let Observation::Read(Ok(f)) = &mut seen
+            {
+                f.workload.restarted_at = Some(t(NOW) + chrono::TimeDelta::seconds(1));
+            }
+        }
+    };
+    assert_eq!(statuses(&outcomes), ["bounced", "bounced"]);
+    assert!(
+        fake.log.contains(&"patch two".to_string()),
+        "{:?}",
+        fake.log
+    );
+    let note = outcomes[0].verification.as_deref().unwrap_or_default();
+    assert!(note.contains("restarted again since"), "{note}");
+}
+
 #[test]
 fn a_group_is_checked_whole_before_its_first_member_acts() {
     let mut p = policy("p", "web");

@@ -26,6 +26,9 @@ pub enum Verdict {
     Verified { pods: usize },
     /// The annotation was removed or rewritten by someone else.
     Reverted { found: Option<String> },
+    /// Someone restarted the workload after bouncer did (`kubectl rollout restart`, another
+    /// tool): the annotation holds a later time, not one in the future.
+    Superseded { found: String },
     /// Annotation intact, but `old` pods are from before the bounce, or some are not ready.
     Incomplete { old: usize, detail: String },
 }
@@ -34,10 +37,19 @@ pub enum Verdict {
 /// did not exist before the patch (and a StatefulSet's pod is at the update revision), never by
 /// comparing its node's clock (startTime) with bouncer's. The desired count is not compared: an
 /// autoscaler may change it during the settle, and kubectl's completion rule already counted.
-pub fn check(w: &Workload, method: Method, written: &str, old_uids: &BTreeSet<Uid>) -> Verdict {
+pub fn check(
+    w: &Workload,
+    method: Method,
+    written: &str,
+    old_uids: &BTreeSet<Uid>,
+    now: DateTime<Utc>,
+) -> Verdict {
     let found = restart_annotation(method, w);
     if found.as_deref() != Some(written) {
-        return Verdict::Reverted { found };
+        return match found {
+            Some(found) if supersedes(&found, written, now) => Verdict::Superseded { found },
+            found => Verdict::Reverted { found },
+        };
     }
     let update_revision = match w.target.kind {
         Kind::StatefulSet => w.status.update_revision.as_deref(),
@@ -64,6 +76,18 @@ pub fn check(w: &Workload, method: Method, written: &str, old_uids: &BTreeSet<Ui
         };
     }
     Verdict::Verified { pods: live.len() }
+}
+
+/// A restart annotation `found` in place of bouncer's `written` is a later restart: a time after
+/// bouncer's and not ahead of now (a value pinned in the future, in Git say, is a revert, as is
+/// any value that is not a time). Both are whole seconds as kubectl writes them.
+pub fn supersedes(found: &str, written: &str, now: DateTime<Utc>) -> bool {
+    let at = |v: &str| DateTime::parse_from_rfc3339(v).ok().map(|t| t.to_utc());
+    // A client's clock a little ahead of bouncer's still restarted after it.
+    let skew = TimeDelta::minutes(1);
+    at(found)
+        .zip(at(written))
+        .is_some_and(|(f, w)| f > w && f <= now + skew)
 }
 
 /// The pod-template annotation whose value proves a bounce of `method`, as the workload carries
@@ -146,6 +170,60 @@ fn writers(entries: &[FieldWrite], since: Option<DateTime<Utc>>) -> Vec<String> 
 mod tests {
     use super::*;
     use crate::core::model::{PodSample, RolloutStatus, UpdateStrategy, WorkloadRef};
+
+    /// The verification an hour after the restarts these tests write.
+    fn now() -> DateTime<Utc> {
+        "2026-01-01T04:00:00Z".parse().unwrap()
+    }
+
+    /// The check at `now()`.
+    fn check(w: &Workload, method: Method, written: &str, old: &BTreeSet<Uid>) -> Verdict {
+        super::check(w, method, written, old, now())
+    }
+
+    /// A later restart (kubectl rollout restart while bouncer waited) supersedes bouncer's; an
+    /// earlier value, one in the future, or one that is not a time is a revert.
+    #[test]
+    fn a_later_restart_supersedes_and_anything_else_is_a_revert() {
+        let written = "2026-01-01T03:00:00Z";
+        let old: BTreeSet<Uid> = ["a".into()].into();
+        let fresh = vec![pod("b", "2026-01-01T03:00:10Z", true)];
+        let at = |v: &str| {
+            check(
+                &workload(Some(v), fresh.clone()),
+                Method::Rollout,
+                written,
+                &old,
+            )
+        };
+        let later = "2026-01-01T03:00:07Z";
+        assert_eq!(
+            at(later),
+            Verdict::Superseded {
+                found: later.into()
+            }
+        );
+        // Within a minute of clock skew ahead of bouncer's clock, still a restart that happened.
+        assert!(matches!(
+            at("2026-01-01T04:00:30Z"),
+            Verdict::Superseded { .. }
+        ));
+        for revert in [
+            "2026-01-01T02:00:00Z",
+            "2026-01-01T04:05:00Z",
+            "2030-01-01T00:00:00Z",
+        ] {
+            assert_eq!(
+                at(revert),
+                Verdict::Reverted {
+                    found: Some(revert.into())
+                },
+                "{revert}"
+            );
+        }
+        assert!(!supersedes("tomorrow", written, now()));
+        assert!(!supersedes(later, "not a time", now()));
+    }
 
     fn pod(uid: &str, started: &str, ready: bool) -> PodSample {
         PodSample {

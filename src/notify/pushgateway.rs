@@ -175,7 +175,7 @@ pub fn exposition(report: &Report, run: &Run) -> String {
     }
     registry.register(
         "bouncer_last_run_bounces",
-        "Bounces of the last run by policy and result (bounced, revertedEvicted, reverted, failed, interrupted, notAttempted, skipped)",
+        "Bounces of the last run by policy and result (bounced, revertedEvicted, reverted, superseded, failed, interrupted, notAttempted, skipped)",
         bounces,
     );
     registry.register(

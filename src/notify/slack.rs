@@ -62,7 +62,8 @@ pub(super) fn line(row: &Row) -> Line {
         .collect::<Vec<_>>()
         .join(", ");
     let reason = match decision {
-        "failed" | "reverted" | "revertedEvicted" | "skipped" | "interrupted" | "skip" => {
+        "failed" | "reverted" | "revertedEvicted" | "superseded" | "skipped" | "interrupted"
+        | "skip" => {
             let r = row.reason.trim_start_matches("interrupted: ");
             (!r.is_empty()).then(|| cut(r, REASON_LIMIT))
         }

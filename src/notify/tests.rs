@@ -96,6 +96,7 @@ pub(super) fn report() -> Report {
             failed: 1,
             skipped: 2,
             not_attempted: 1,
+            superseded: 0,
             dry_run: 0,
         },
         metrics_unavailable: None,

@@ -12,9 +12,9 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::harness::{
-    EVERY_MINUTE, Policies, audit_mark, audit_since, audited, bouncer, bouncer_env, deploy, finish,
-    next_minute, patch_deployment, pod_uids, policy, restarted_at_of, spawn_bouncer,
-    wait_restarted_at,
+    EVERY_MINUTE, Policies, audit_mark, audit_since, audited, bouncer, bouncer_env, bouncer_events,
+    deploy, finish, next_minute, patch_deployment, pod_uids, policy, restarted_at_of,
+    spawn_bouncer, wait_restarted_at,
 };
 
 const READY: Duration = Duration::from_secs(180);
@@ -238,4 +238,91 @@ async fn a_reverted_singleton_is_not_evicted_without_allow_downtime() {
         audited(&log, "create", "pods/eviction", n).is_empty(),
         "the only pod was evicted"
     );
+}
+
+/// Overtaken: a `kubectl rollout restart` lands on the Deployment while bouncer waits on its
+/// rollout. The bounce is `superseded` (neither bounced nor failed), told in a Normal Event and
+/// marked so; the queue goes on to the next workload and the run exits 0.
+#[tokio::test]
+async fn a_restart_that_overtakes_bouncer_s_is_superseded_and_the_queue_goes_on() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "overtaken").await;
+    let n = ns.name();
+    // Created first, so its pods are the oldest: the queue bounces it first.
+    deploy(
+        &client,
+        n,
+        slow("a-first", 2, &[("app", "a-first"), ("over", "yes")]),
+    )
+    .await;
+    deploy(
+        &client,
+        n,
+        deployment("b-next", 1, &[("app", "b-next"), ("over", "yes")]),
+    )
+    .await;
+    let policies = Policies::new(&[(
+        "p.yaml",
+        &policy("over", n, "{over: \"yes\"}", EVERY_MINUTE),
+    )]);
+    next_minute(Duration::from_secs(1)).await;
+    let running = spawn_bouncer(&["run"], &policies, n, &[("BOUNCER_VERIFY_SETTLE", "5s")]);
+    let written = wait_restarted_at(&client, n, "a-first", READY).await;
+    // kubectl writes whole seconds: a second later, its restart is a later one.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let out = bouncer_testkit::kubectl()
+        .args(["-n", n, "rollout", "restart", "deployment/a-first"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let later = restarted_at_of(&client, n, "a-first")
+        .await
+        .expect("kubectl's restartedAt");
+    assert!(later > written, "{later} after {written}");
+    let run = finish(running).await;
+    assert_eq!(
+        run.code, 0,
+        "stderr: {}\nreport: {:#}",
+        run.stderr, run.report
+    );
+    assert_eq!(
+        run.queue(),
+        [
+            ("a-first".to_string(), "superseded".to_string()),
+            ("b-next".to_string(), "bounced".to_string())
+        ],
+        "{:#}",
+        run.report
+    );
+    let row = run.row("a-first");
+    assert_eq!(row["reasonCode"], "superseded", "{row:#}");
+    assert!(
+        row["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains(later.as_str())),
+        "{row:#}"
+    );
+    assert_eq!(run.report["summary"]["superseded"], 1, "{:#}", run.report);
+    assert_eq!(run.report["summary"]["failed"], 0, "{:#}", run.report);
+    assert_eq!(
+        bouncer_events(&client, n, "a-first", "BounceSuperseded")
+            .await
+            .len(),
+        1
+    );
+    let d: Deployment = Api::namespaced(client.clone(), n)
+        .get("a-first")
+        .await
+        .unwrap();
+    let mark = d
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .remove("bouncer.dev/last-attempt")
+        .expect("the attempt mark");
+    assert!(mark.contains("\"outcome\":\"superseded\""), "{mark}");
 }
