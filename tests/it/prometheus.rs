@@ -133,6 +133,9 @@ async fn history_triggers_decide_on_real_prometheus_history() {
         .requests_served("/api/v1/query_range")
         .await
         .unwrap();
+    // The pods' start counts as a restart: past the policies' 1 s cooldown (whole seconds) the
+    // history alone decides.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let started = std::time::Instant::now();
     let plan = bouncer_env(&args, &policies, n, &[("BOUNCER_LOG", LOG)]).await;
     let took = started.elapsed();
