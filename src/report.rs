@@ -197,8 +197,7 @@ pub fn build(plan: Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
                 }
                 Status::Superseded { .. } => {
                     summary.superseded += 1;
-                    row.reason_code = Some("superseded".into());
-                    row.reason = o.verification.clone().unwrap_or_default();
+                    row.reason_code = Some(o.status.code().into());
                 }
                 Status::NotAttempted(held_by) => {
                     summary.not_attempted += 1;
@@ -214,7 +213,10 @@ pub fn build(plan: Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
                 row.reason_code = Some(why.code().into());
                 row.reason = why.detail.clone();
             }
-            if let Status::Reverted { .. } | Status::RevertedEvicted { .. } = &o.status {
+            if let Status::Reverted { .. }
+            | Status::RevertedEvicted { .. }
+            | Status::Superseded { .. } = &o.status
+            {
                 row.reason = o.verification.clone().unwrap_or_default();
             }
             if let Status::Interrupted(why) = &o.status {

@@ -11,6 +11,12 @@ pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
 pub fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
+
+/// `t` as the API server writes times (startTime, managedFields, restartedAt): whole seconds.
+/// bouncer's own clock (marks, to the millisecond) is compared with them through this.
+pub fn whole_seconds(t: DateTime<Utc>) -> DateTime<Utc> {
+    chrono::SubsecRound::trunc_subsecs(t, 0)
+}
 /// The pod label the StatefulSet controller sets to the revision a pod was created from.
 pub const REVISION_LABEL: &str = "controller-revision-hash";
 /// bouncer's own annotations (opt-out, overrides, marks) share this prefix; the chart's admission

@@ -4,13 +4,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use chrono::{DateTime, SubsecRound, Utc};
+use chrono::{DateTime, Utc};
 
 pub use crate::core::gates::{
     admits, blocker, cooldown, identity_gates, oldest_start, preflight, safety,
 };
 use crate::core::group::{self, Group};
 use crate::core::history::Prometheus;
+use crate::core::literals::whole_seconds;
 use crate::core::mark::{AttemptMark, AttemptOutcome};
 use crate::core::memory::{self, Evaluation, MemoryReading, MemoryState};
 pub use crate::core::model::Method;
@@ -493,7 +494,7 @@ fn bounced_at(policy: &Policy, w: &Workload) -> Option<DateTime<Utc>> {
             .map(|p| p.started)
             .min()
             .flatten()
-            .is_some_and(|t| t >= a.time.trunc_subsecs(0)),
+            .is_some_and(|t| t >= whole_seconds(a.time)),
         _ => false,
     };
     (a.policy == policy.name && restarted).then_some(a.time)
@@ -522,7 +523,7 @@ fn unfinished(
     };
     let left = members.iter().any(|(w, _)| {
         bounced_at(policy, w).is_none_or(|t| t < at - GROUP_SPAN)
-            && restarted(w).is_some_and(|r| r < at.trunc_subsecs(0))
+            && restarted(w).is_some_and(|r| r < whole_seconds(at))
     });
     left.then_some((member, at))
 }

@@ -320,7 +320,7 @@ impl<'a> Queue<'a> {
                 }
                 // A restart after the verified bounce is not a revert: bouncer's restart held,
                 // and the later one is its author's to watch.
-                if let Some(later) = found.clone().filter(|f| supersedes(f, &written, now)) {
+                if let Some(later) = found.as_deref().filter(|f| supersedes(f, &written, now)) {
                     let note = out.verification.take().unwrap_or_default();
                     out.verification = Some(format!(
                         "{note}; restarted again since, {} is now {later}",

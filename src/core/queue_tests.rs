@@ -172,8 +172,9 @@ fn an_earlier_restart_is_confirmed_before_the_next_one_starts() {
     assert!(out[0].last_confirmed.is_some());
 }
 
-#[test]
-fn a_revert_found_by_the_confirmation_halts_the_rest() {
+/// Bounces `one` then `two`, `edit` applied to what the confirmation after `one`'s verification
+/// (its second read without context) finds; the outcomes, and the cluster's log.
+fn run_with_confirmation(edit: impl Fn(&mut Workload)) -> (Vec<Outcome>, Vec<String>) {
     let p = policy("p", "web");
     let ws = [named("a", "one", 2), named("a", "two", 2)];
     let bounces: Vec<_> = ws.iter().map(|w| bounce_of(w, &p)).collect();
@@ -196,62 +197,34 @@ fn a_revert_found_by_the_confirmation_halts_the_rest() {
             && target.name == "one"
         {
             reads_of_one += 1;
-            // The confirmation after the verification: an owner took restartedAt away.
             if reads_of_one == 2
                 && let Observation::Read(Ok(f)) = &mut seen
             {
-                f.workload.restarted_at = None;
+                edit(&mut f.workload);
             }
         }
     };
+    assert!(reads_of_one >= 2, "no confirmation read: {:?}", fake.log);
+    (outcomes, fake.log)
+}
+
+#[test]
+fn a_revert_found_by_the_confirmation_halts_the_rest() {
+    // An owner took restartedAt away.
+    let (outcomes, log) = run_with_confirmation(|w| w.restarted_at = None);
     assert_eq!(statuses(&outcomes), ["reverted", "notAttempted"]);
-    assert!(
-        !fake.log.contains(&"patch two".to_string()),
-        "{:?}",
-        fake.log
-    );
-    assert!(fake.log.iter().any(|l| l == "event Reverted one"));
+    assert!(!log.contains(&"patch two".to_string()), "{log:?}");
+    assert!(log.iter().any(|l| l == "event Reverted one"));
 }
 
 /// A restart after the verified bounce (kubectl rollout restart) is not a revert: the bounce
 /// stands, the note says so, and the queue goes on.
 #[test]
 fn a_later_restart_found_by_the_confirmation_is_no_revert() {
-    let p = policy("p", "web");
-    let ws = [named("a", "one", 2), named("a", "two", 2)];
-    let bounces: Vec<_> = ws.iter().map(|w| bounce_of(w, &p)).collect();
-    let by_name: BTreeMap<&str, &Policy> = [("p", &p)].into();
-    let mut q = Queue::new(&bounces, &by_name, Duration::from_secs(600), Duration::ZERO);
-    let mut fake = Fake::new(&ws);
-    let mut seen = Observation::Begin;
-    let mut reads_of_one = 0;
-    let outcomes = loop {
-        let a = q.step(seen, t(NOW), None);
-        if let Action::Finished = a {
-            break q.outcomes();
-        }
-        seen = fake.answer(&a);
-        if let Action::Read {
-            target,
-            context: false,
-            ..
-        } = &a
-            && target.name == "one"
-        {
-            reads_of_one += 1;
-            if reads_of_one == 2
-                && let Observation::Read(Ok(f)) = &mut seen
-            {
-                f.workload.restarted_at = Some(t(NOW) + chrono::TimeDelta::seconds(1));
-            }
-        }
-    };
+    let later = t(NOW) + chrono::TimeDelta::seconds(1);
+    let (outcomes, log) = run_with_confirmation(|w| w.restarted_at = Some(later));
     assert_eq!(statuses(&outcomes), ["bounced", "bounced"]);
-    assert!(
-        fake.log.contains(&"patch two".to_string()),
-        "{:?}",
-        fake.log
-    );
+    assert!(log.contains(&"patch two".to_string()), "{log:?}");
     let note = outcomes[0].verification.as_deref().unwrap_or_default();
     assert!(note.contains("restarted again since"), "{note}");
 }

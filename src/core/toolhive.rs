@@ -14,10 +14,10 @@
 //! controller (anyone who may create Deployments can write such an ownerReference) would have
 //! bouncer restart a workload it never selected, gated or marked.
 
-use chrono::{DateTime, SubsecRound, TimeDelta, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::core::gates::operator_proxy;
-use crate::core::literals::{TOOLHIVE_ROLLING, rfc3339};
+use crate::core::literals::{TOOLHIVE_ROLLING, rfc3339, whole_seconds};
 use crate::core::model::Workload;
 use crate::core::reasons::{NotProxy, SkipReason};
 
@@ -73,8 +73,7 @@ pub fn restart_request(
             strategy: strategy.to_string(),
         });
     }
-    // Compared as written: whole seconds.
-    let at = at.trunc_subsecs(0);
+    let at = whole_seconds(at);
     let last = server
         .last_processed
         .as_deref()

@@ -3,10 +3,10 @@
 
 use std::collections::BTreeSet;
 
-use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 
 use super::literals::{
-    BUILTIN_MANAGERS, FIELD_MANAGER, REVISION_LABEL, TOOLHIVE_RESTARTED_AT, rfc3339,
+    BUILTIN_MANAGERS, FIELD_MANAGER, REVISION_LABEL, TOOLHIVE_RESTARTED_AT, rfc3339, whole_seconds,
 };
 use super::model::{Kind, Method, Uid, Workload};
 
@@ -153,7 +153,7 @@ pub fn reverters(entries: &[FieldWrite], since: DateTime<Utc>) -> Reverters {
 /// Field managers (other than bouncer and the built-in controllers) owning part of the pod
 /// template, only those that wrote at or after `since` when given.
 fn writers(entries: &[FieldWrite], since: Option<DateTime<Utc>>) -> Vec<String> {
-    let since = since.map(|s| s.duration_trunc(TimeDelta::seconds(1)).unwrap_or(s));
+    let since = since.map(whole_seconds);
     let mut names: Vec<String> = entries
         .iter()
         .filter(|e| since.is_none_or(|since| e.time.is_some_and(|t| t >= since)))

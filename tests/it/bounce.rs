@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use bouncer_testkit::{
-    PodTemplateExt, TestNs, client, create, deployment, kubectl, mcp_server, model_usage,
-    wait_pod_memory, wait_pods_ready, wait_rollout_complete,
+    PodTemplateExt, TestNs, client, create, deployment, mcp_server, model_usage, wait_pod_memory,
+    wait_pods_ready, wait_rollout_complete,
 };
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -13,7 +13,7 @@ use kube::api::ListParams;
 
 use crate::harness::{
     Policies, bouncer, deployment as get_deployment, deployment_restarted_at, next_minute, pods,
-    policy, ready_since, written_by,
+    policy, ready_since, rollout_restart, written_by,
 };
 
 const READY: Duration = Duration::from_secs(90);
@@ -117,15 +117,7 @@ async fn nightly_bounces_one_at_a_time_and_only_once() {
     assert_eq!(again.report["summary"]["skipped"], 3);
 
     // A manual `kubectl rollout restart` counts as a restart too.
-    let out = kubectl()
-        .args(["-n", ns.name(), "rollout", "restart", "deployment/n1"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    rollout_restart(ns.name(), "n1");
     wait_rollout_complete(
         &client,
         bouncer_testkit::Kind::Deployment,

@@ -23,7 +23,7 @@ use crate::harness::{
 };
 
 const READY: Duration = Duration::from_secs(120);
-const MARK: &str = "bouncer.dev/last-attempt";
+use bouncer_testkit::ATTEMPT_MARK as MARK;
 
 fn ms(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Millis, true)

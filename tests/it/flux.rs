@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bouncer_testkit::{
     FLUX_MANAGER, FLUX_VERSION, Flux, Kind, PodTemplateExt as _, RESTARTED_AT, TestNs, client,
-    kubectl, wait_pod_memory, wait_pods_ready, wait_rollout_complete,
+    wait_pod_memory, wait_pods_ready, wait_rollout_complete,
 };
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use kube::api::ListParams;
@@ -19,7 +19,7 @@ use kube::{Api, Client};
 
 use crate::harness::{
     Bounced, Policies, audit_mark, bouncer, bouncer_env, bouncer_events, deployment, pod_uids,
-    pods, policy, restarted_at_of,
+    pods, policy, restarted_at_of, rollout_restart,
 };
 use crate::revert::{assert_one_at_a_time, evictions};
 
@@ -231,15 +231,7 @@ async fn flux_undoes_kubectl_rollout_restart() {
     let ns = TestNs::new(&client, "flux-kubectl").await;
     let n = ns.name();
     let flux = flux_with_web(&client, n, &manifest(&[]), &[], "1h").await;
-    let out = kubectl()
-        .args(["-n", n, "rollout", "restart", &format!("deployment/{APP}")])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    rollout_restart(n, APP);
     wait_rollout_complete(&client, Kind::Deployment, n, APP, READY)
         .await
         .unwrap();

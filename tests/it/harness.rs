@@ -282,6 +282,25 @@ pub async fn wait_restarted_at(client: &Client, ns: &str, name: &str, timeout: D
     }
 }
 
+/// `kubectl rollout restart deployment/NAME` in `ns`, as a person runs it; panics on failure.
+pub fn rollout_restart(ns: &str, name: &str) {
+    let out = bouncer_testkit::kubectl()
+        .args([
+            "-n",
+            ns,
+            "rollout",
+            "restart",
+            &format!("deployment/{name}"),
+        ])
+        .output()
+        .expect("run kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl rollout restart deployment/{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// UIDs of the pods matching `selector` (not being deleted), sorted.
 pub async fn pod_uids(client: &Client, ns: &str, selector: &str) -> Vec<String> {
     let mut uids: Vec<String> = pods(client, ns, selector)

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use bouncer_testkit::{Kind, RESTARTED_AT, TestNs, client, deployment, wait_rollout_complete};
+use bouncer_testkit::{
+    ATTEMPT_MARK, Kind, RESTARTED_AT, TestNs, client, deployment, wait_rollout_complete,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Patch, PatchParams};
@@ -13,8 +15,8 @@ use serde_json::json;
 
 use crate::harness::{
     EVERY_MINUTE, Policies, audit_mark, audit_since, audited, bouncer, bouncer_env, bouncer_events,
-    deploy, finish, next_minute, patch_deployment, pod_uids, policy, restarted_at_of,
-    spawn_bouncer, wait_restarted_at,
+    deploy, deployment as deployment_of, finish, next_minute, patch_deployment, pod_uids, policy,
+    restarted_at_of, rollout_restart, spawn_bouncer, wait_restarted_at,
 };
 
 const READY: Duration = Duration::from_secs(180);
@@ -270,15 +272,7 @@ async fn a_restart_that_overtakes_bouncer_s_is_superseded_and_the_queue_goes_on(
     let written = wait_restarted_at(&client, n, "a-first", READY).await;
     // kubectl writes whole seconds: a second later, its restart is a later one.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let out = bouncer_testkit::kubectl()
-        .args(["-n", n, "rollout", "restart", "deployment/a-first"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    rollout_restart(n, "a-first");
     let later = restarted_at_of(&client, n, "a-first")
         .await
         .expect("kubectl's restartedAt");
@@ -314,15 +308,12 @@ async fn a_restart_that_overtakes_bouncer_s_is_superseded_and_the_queue_goes_on(
             .len(),
         1
     );
-    let d: Deployment = Api::namespaced(client.clone(), n)
-        .get("a-first")
+    let mark = deployment_of(&client, n, "a-first")
         .await
-        .unwrap();
-    let mark = d
         .metadata
         .annotations
         .unwrap_or_default()
-        .remove("bouncer.dev/last-attempt")
+        .remove(ATTEMPT_MARK)
         .expect("the attempt mark");
     assert!(mark.contains("\"outcome\":\"superseded\""), "{mark}");
 }

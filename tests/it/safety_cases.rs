@@ -19,7 +19,7 @@ use crate::harness::{
 };
 
 const READY: Duration = Duration::from_secs(180);
-const ATTEMPT: &str = "bouncer.dev/last-attempt";
+use bouncer_testkit::ATTEMPT_MARK as ATTEMPT;
 
 fn attempt_mark(s: &StatefulSet) -> serde_json::Value {
     let text = s

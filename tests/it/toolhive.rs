@@ -759,12 +759,11 @@ async fn toolhive_v0_44_undoes_its_own_restart_and_bouncer_evicts() {
     let operator = mcp_server_over_threshold(&client, n, TOOLHIVE_REVERTING).await;
     let policy = toolhive_method_policy(n, "2m");
     let policies = Policies::new(&[("mcp-proxy-toolhive.yaml", &policy)]);
-    let before = pod_uids(&client, n, PROXY_PODS).await;
-    let before_names: Vec<String> = pods(&client, n, PROXY_PODS)
+    let (before, before_names): (Vec<String>, Vec<String>) = pods(&client, n, PROXY_PODS)
         .await
         .into_iter()
-        .filter_map(|p| p.metadata.name)
-        .collect();
+        .filter_map(|p| p.metadata.uid.zip(p.metadata.name))
+        .unzip();
     let mark = audit_mark();
 
     let run = run_with_table(&policies, n, "restart.method: toolhive, v0.44.0").await;

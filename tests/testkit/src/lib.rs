@@ -91,6 +91,8 @@ pub const MEMORY_LEAK_PER_MINUTE: &str = "bouncer.dev/test-memory-leak-per-minut
 pub const MEMORY_CONTAINER: &str = "bouncer.dev/test-memory-container";
 /// The annotation `kubectl rollout restart` writes into the pod template.
 pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
+/// bouncer's attempt mark, on the workload's metadata.
+pub const ATTEMPT_MARK: &str = "bouncer.dev/last-attempt";
 /// Label on every test namespace, so leftovers are easy to find and delete in bulk.
 pub const TEST_NAMESPACE_LABEL: &str = "bouncer.dev/test";
 
