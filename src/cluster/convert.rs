@@ -11,8 +11,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::shared::Shared;
 use super::wire::{self, ObjectMeta, PodTemplateSpec};
+use crate::core::gitops::{FLUX_NAME_LABEL, FLUX_NAMESPACE_LABEL};
 use crate::core::literals::{
-    MCP_SERVER_KIND, MIRROR_ANNOTATION, PROGRESS_DEADLINE_EXCEEDED, RESTARTED_AT,
+    FIELD_MANAGER, MCP_SERVER_KIND, MIRROR_ANNOTATION, PROGRESS_DEADLINE_EXCEEDED, RESTARTED_AT,
     SIDECAR_RESTART_POLICY, TOOLHIVE_GROUP, TOOLHIVE_RESTARTED_AT, WORKLOAD_ANNOTATIONS,
 };
 use crate::core::mark::AttemptMark;
@@ -20,6 +21,7 @@ use crate::core::model::{
     ContainerSample, IntOrPercent, Kind, McpServerRef, Pdb, PodSample, RollingParams,
     RolloutStatus, StsRollingUpdate, ToolhiveRestart, UpdateStrategy, Workload, WorkloadRef,
 };
+use crate::core::pin::{RestartOwner as PinOwner, RestartOwners};
 use crate::core::quantity::parse_bytes;
 use crate::core::selector::{Operator, Requirement, Selector};
 use crate::core::verify::FieldWrite;
@@ -88,6 +90,33 @@ fn own(annotations: Option<BTreeMap<String, String>>) -> BTreeMap<String, String
         .collect()
 }
 
+/// Who but bouncer owns the pod template's restartedAt, and the Kustomization that applies the
+/// workload (Flux's labels), for `core::pin`.
+fn restart_owners(meta: &ObjectMeta) -> Option<Box<RestartOwners>> {
+    let owners: Vec<_> = meta
+        .managed_fields
+        .iter()
+        .filter(|o| o.manager != FIELD_MANAGER)
+        .map(|o| PinOwner {
+            manager: o.manager.clone(),
+            apply: o.apply,
+        })
+        .collect();
+    if owners.is_empty() {
+        return None;
+    }
+    let labels = meta.labels.as_ref();
+    let label = |k: &str| labels.and_then(|l| l.get(k));
+    let kustomization = label(FLUX_NAME_LABEL).map(|name| match label(FLUX_NAMESPACE_LABEL) {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.clone(),
+    });
+    Some(Box::new(RestartOwners {
+        owners,
+        kustomization,
+    }))
+}
+
 fn base(
     kind: Kind,
     meta: ObjectMeta,
@@ -96,6 +125,7 @@ fn base(
 ) -> Workload {
     let restarted_at = template_restarted_at(&template);
     let toolhive = toolhive(kind, &meta, &template);
+    let restart_owners = restart_owners(&meta);
     // A Deployment's pods belong to its ReplicaSets, which the snapshot and the fresh read add.
     let pod_owners = match kind {
         Kind::StatefulSet | Kind::DaemonSet => meta.uid.iter().cloned().collect(),
@@ -115,6 +145,7 @@ fn base(
         ),
         annotations: own(meta.annotations),
         restarted_at,
+        restart_owners,
         paused: false,
         strategy: UpdateStrategy::RollingUpdate,
         status: RolloutStatus {
@@ -316,6 +347,7 @@ pub fn bare(mut p: wire::Pod, shared: &mut Shared) -> Workload {
         // A bare pod's mark lives on the Lease (it must survive the pod); see Inventory.
         attempt: AttemptMark::None,
         restarted_at: None,
+        restart_owners: None,
         paused: false,
         strategy: UpdateStrategy::RollingUpdate,
         status: RolloutStatus {

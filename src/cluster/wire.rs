@@ -2,12 +2,14 @@
 //! JSON. Field names and shapes mirror k8s-openapi's, so conversions read the same; everything
 //! else (managedFields, full specs, container statuses) is skipped without being allocated.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::de::DeserializeOwned;
+use serde::de::{IgnoredAny, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 /// `null` reads as the default, like a missing field (Go encodes nil slices as null).
@@ -98,6 +100,99 @@ pub struct ObjectMeta {
     pub owner_references: Option<Vec<OwnerReference>>,
     pub deletion_timestamp: Option<Time>,
     pub resource_version: Option<String>,
+    /// Only the managedFields entries that own the pod template's restartedAt; the others are
+    /// read past without being kept.
+    #[serde(default, deserialize_with = "restart_owners")]
+    pub managed_fields: Vec<RestartOwner>,
+}
+
+/// A managedFields entry that owns `spec.template.metadata.annotations` restartedAt.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RestartOwner {
+    pub manager: String,
+    /// `operation: Apply` (server-side apply), not `Update`.
+    pub apply: bool,
+}
+
+#[derive(Deserialize)]
+struct OwnerEntry<'a> {
+    #[serde(borrow, default)]
+    manager: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    operation: Option<Cow<'a, str>>,
+    #[serde(rename = "fieldsV1", default)]
+    fields_v1: Option<FieldsSpec>,
+}
+
+/// The path of the key in fieldsV1, one level each; every other field is skipped unread.
+#[derive(Deserialize)]
+struct FieldsSpec {
+    #[serde(rename = "f:spec")]
+    spec: Option<FieldsTemplate>,
+}
+#[derive(Deserialize)]
+struct FieldsTemplate {
+    #[serde(rename = "f:template")]
+    template: Option<FieldsMeta>,
+}
+#[derive(Deserialize)]
+struct FieldsMeta {
+    #[serde(rename = "f:metadata")]
+    metadata: Option<FieldsAnnotations>,
+}
+#[derive(Deserialize)]
+struct FieldsAnnotations {
+    #[serde(rename = "f:annotations")]
+    annotations: Option<FieldsRestartedAt>,
+}
+#[derive(Deserialize)]
+struct FieldsRestartedAt {
+    // `core::literals::RESTARTED_AT`, as fieldsV1 spells a key (a test holds them equal).
+    #[serde(rename = "f:kubectl.kubernetes.io/restartedAt")]
+    restarted_at: Option<IgnoredAny>,
+}
+
+impl FieldsSpec {
+    fn owns_restarted_at(&self) -> bool {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.template.as_ref())
+            .and_then(|t| t.metadata.as_ref())
+            .and_then(|m| m.annotations.as_ref())
+            .is_some_and(|a| a.restarted_at.is_some())
+    }
+}
+
+fn restart_owners<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<RestartOwner>, D::Error> {
+    struct Entries;
+    impl<'de> Visitor<'de> for Entries {
+        type Value = Vec<RestartOwner>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("managedFields entries")
+        }
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_seq(self)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut owners = Vec::new();
+            while let Some(e) = seq.next_element::<OwnerEntry<'de>>()? {
+                if e.fields_v1.is_some_and(|f| f.owns_restarted_at()) {
+                    owners.push(RestartOwner {
+                        manager: e.manager.unwrap_or_default().into_owned(),
+                        apply: e.operation.as_deref() == Some("Apply"),
+                    });
+                }
+            }
+            Ok(owners)
+        }
+    }
+    d.deserialize_option(Entries)
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

@@ -10,7 +10,8 @@ use crate::core::history::{self, Prometheus};
 use crate::core::literals::EXCLUDE_ANNOTATION;
 use crate::core::mark::AttemptMark;
 use crate::core::model::{Kind, McpServerRef, Method, Pdb, UpdateStrategy, Workload};
-use crate::core::policy::{Policy, RestartMethod};
+use crate::core::pin;
+use crate::core::policy::{OnRevert, Policy, RestartMethod};
 use crate::core::reasons::{NotProxy, SkipReason};
 use crate::core::rollout::{self, RolloutState};
 
@@ -204,9 +205,26 @@ pub fn safety(
     now: DateTime<Utc>,
 ) -> Result<Method, SkipReason> {
     cooldown(policy, w, now)?;
-    let method = preflight(policy, w, pdbs)?;
+    let mut method = preflight(policy, w, pdbs)?;
+    if method == Method::Rollout
+        && let Some(reason) = pin::undone(w, now)
+    {
+        // A restart another manager would undo is not written; onRevert: evict bounces the pods
+        // without touching the template, through an eviction's own checks.
+        if policy.restart.on_revert != OnRevert::Evict {
+            return Err(reason);
+        }
+        method = preflight(&evicting(policy), w, pdbs)?;
+    }
     blocker(policy, prometheus)?;
     Ok(method)
+}
+
+/// The policy as an eviction bounce reads it.
+pub fn evicting(policy: &Policy) -> Policy {
+    let mut evicting = policy.clone();
+    evicting.restart.method = RestartMethod::Evict;
+    evicting
 }
 
 /// A policy's blockWhen holds back each of its bounces: any result, or no answer (fail closed).

@@ -18,6 +18,7 @@ pub mod model;
 pub mod notice;
 pub mod outcome;
 pub mod overrides;
+pub mod pin;
 pub mod plan;
 pub mod policy;
 pub mod quantity;

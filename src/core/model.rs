@@ -181,6 +181,9 @@ pub struct Workload {
     pub attempt: AttemptMark,
     /// kubectl.kubernetes.io/restartedAt from the pod template, if any and parseable.
     pub restarted_at: Option<DateTime<Utc>>,
+    /// Field managers other than bouncer that own that annotation (managedFields): whether a
+    /// restart written there holds (`core::pin`). Boxed and None for most workloads.
+    pub restart_owners: Option<Box<crate::core::pin::RestartOwners>>,
     pub paused: bool,
     pub strategy: UpdateStrategy,
     /// The rolling update's `maxSurge` and `maxUnavailable` as the spec sets them; with

@@ -102,6 +102,7 @@ pub(crate) fn deployment(ns: &str, name: &str, app: &str, pods: Vec<PodSample>) 
         annotations: BTreeMap::new(),
         attempt: Default::default(),
         restarted_at: None,
+        restart_owners: None,
         paused: false,
         strategy: UpdateStrategy::RollingUpdate,
         status: RolloutStatus {

@@ -311,6 +311,22 @@ pub enum SkipReason {
     },
     /// The policy says `suspend: true`: it is not evaluated at all.
     Suspended,
+    /// A server-side apply manager other than bouncer owns the pod template's restartedAt
+    /// (Git sets it, for Flux): its next apply writes its value back over a restart, so none is
+    /// written.
+    RestartPinned {
+        manager: String,
+        /// `namespace/name` of the Kustomization, from the workload's labels.
+        kustomization: Option<String>,
+    },
+    /// bouncer's last restart through the template (`written`) was replaced since, by a value
+    /// (`found`, None when absent or no time) that another manager owns and that is no later
+    /// restart: a revert found after the run that made the restart.
+    RevertedSince {
+        manager: String,
+        written: String,
+        found: Option<String>,
+    },
     /// Another dry-run policy would bounce the workload this run (`spec.dryRun`).
     ClaimedInDryRun {
         policy: String,
@@ -352,6 +368,8 @@ impl SkipReason {
             SkipReason::RestartStrategy { .. } => "restartStrategy",
             SkipReason::NotOperatorOwned { .. } => "notOperatorOwned",
             SkipReason::Suspended => "suspended",
+            SkipReason::RestartPinned { .. } => "restartPinned",
+            SkipReason::RevertedSince { .. } => "revertedSince",
             SkipReason::ClaimedInDryRun { .. } => "claimed",
         }
     }
@@ -452,6 +470,36 @@ impl fmt::Display for SkipReason {
                 write!(f, "would be bounced this run by dry-run policy {policy}")
             }
             SkipReason::Suspended => write!(f, "policy suspended (spec.suspend: true)"),
+            SkipReason::RestartPinned {
+                manager,
+                kustomization,
+            } => {
+                write!(
+                    f,
+                    "restartedAt is pinned by {manager} (server-side apply owner of the pod \
+                     template's kubectl.kubernetes.io/restartedAt): its next apply would write its \
+                     value back and roll the pods a second time, so no restart is written"
+                )?;
+                if let Some(k) = kustomization {
+                    write!(f, "; Kustomization {k}")?;
+                }
+                write!(
+                    f,
+                    "; remove the annotation from the applied manifest (Git), or set \
+                     restart.onRevert: evict to evict the pods instead"
+                )
+            }
+            SkipReason::RevertedSince {
+                manager,
+                written,
+                found,
+            } => write!(
+                f,
+                "reverted after the run: bouncer's restart ({written}) was replaced by {} \
+                 written by {manager}; no restart is written while {manager} owns \
+                 kubectl.kubernetes.io/restartedAt (restart.onRevert: evict evicts instead)",
+                found.as_deref().unwrap_or("no restartedAt")
+            ),
             SkipReason::BadAttemptMark { error } => write!(
                 f,
                 "unreadable attempt mark ({}): {error}",

@@ -4,12 +4,12 @@
 use chrono::{DateTime, Utc};
 
 use crate::core::action::Fresh;
-use crate::core::gates::{admits, blocker, preflight, safety};
+use crate::core::gates::{admits, blocker, evicting, preflight, safety};
 use crate::core::model::Method;
 use crate::core::outcome::{Outcome, Status};
 use crate::core::overrides;
 use crate::core::plan::Bounce;
-use crate::core::policy::{Policy, RestartMethod};
+use crate::core::policy::Policy;
 use crate::core::reasons::SkipReason;
 
 /// A planned bounce before anything happened to it.
@@ -64,8 +64,7 @@ pub fn before_evicting(policy: &Policy, fresh: &Fresh) -> Result<(), SkipReason>
     };
     let w = &fresh.workload;
     admits(policy, w, &context.excluded_namespaces)?;
-    let mut evicting = overrides::effective(policy, w)?.into_owned();
-    evicting.restart.method = RestartMethod::Evict;
+    let evicting = evicting(overrides::effective(policy, w)?.as_ref());
     preflight(&evicting, w, &context.pdbs)?;
     blocker(&evicting, &context.prometheus)
 }

@@ -39,6 +39,7 @@ pub(crate) fn workload(usage_mib: f64) -> Workload {
         annotations: BTreeMap::new(),
         attempt: Default::default(),
         restarted_at: None,
+        restart_owners: None,
         paused: false,
         strategy: UpdateStrategy::RollingUpdate,
         status: RolloutStatus {

@@ -252,6 +252,7 @@ mod tests {
             annotations: Default::default(),
             attempt: Default::default(),
             restarted_at: annotation.map(|a| a.parse().unwrap()),
+            restart_owners: None,
             paused: false,
             strategy: UpdateStrategy::RollingUpdate,
             status: RolloutStatus {

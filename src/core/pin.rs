@@ -1,0 +1,196 @@
+//! Whether a restart bouncer writes will hold, from who owns the pod template's
+//! `kubectl.kubernetes.io/restartedAt` (managedFields, read with every workload).
+//!
+//! A server-side apply (`Apply`) owner of the key writes its own value back on its next apply:
+//! kustomize-controller when Git sets the key, Argo CD with server-side apply, Helm 4,
+//! `kubectl apply --server-side`. Its reconcile may come minutes after bouncer verified, so the
+//! revert is rarely seen inside the rollout wait: the restart is not written at all. An
+//! `Update` owner (an operator's controller) is only known to revert once it did; then the
+//! value it left in place of bouncer's is a revert found late, and bouncer does not restart
+//! through the template again while that owner holds the key.
+
+use chrono::{DateTime, Utc};
+
+use crate::core::literals::{rfc3339, whole_seconds};
+use crate::core::mark::AttemptMark;
+use crate::core::model::{AttemptOutcome, Method, Workload};
+use crate::core::reasons::SkipReason;
+use crate::core::verify::supersedes;
+
+/// A field manager other than bouncer that owns the pod template's restartedAt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestartOwner {
+    pub manager: String,
+    /// The owner applies (server-side apply): it writes its value back on its next apply.
+    pub apply: bool,
+}
+
+/// Who else owns the pod template's restartedAt.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RestartOwners {
+    pub owners: Vec<RestartOwner>,
+    /// `namespace/name` of the Kustomization that applies the workload, from Flux's labels.
+    pub kustomization: Option<String>,
+}
+
+/// Why a restart through the pod template would not hold, or None when it would. Read only for
+/// bounces that would write restartedAt (`Method::Rollout`).
+pub fn undone(w: &Workload, now: DateTime<Utc>) -> Option<SkipReason> {
+    let owners = w.restart_owners.as_deref()?;
+    if let Some(reason) = reverted_since(w, owners, now) {
+        return Some(reason);
+    }
+    let applier = owners.owners.iter().find(|o| o.apply)?;
+    Some(SkipReason::RestartPinned {
+        manager: applier.manager.clone(),
+        kustomization: owners.kustomization.clone(),
+    })
+}
+
+/// bouncer's last restart through the template, replaced since by a value another manager
+/// owns that is no later restart (an earlier time, a time ahead of now, or no time at all).
+fn reverted_since(
+    w: &Workload,
+    owners: &RestartOwners,
+    now: DateTime<Utc>,
+) -> Option<SkipReason> {
+    let latest = match &w.attempt {
+        AttemptMark::Seen(h) => h.latest()?,
+        _ => return None,
+    };
+    // A rollout's mark keeps `Started` once verified (it rode on the patch); a revert already
+    // found in its own run was told then.
+    let ours = latest.method == Method::Rollout
+        && matches!(
+            latest.outcome,
+            AttemptOutcome::Started | AttemptOutcome::Bounced
+        );
+    if !ours {
+        return None;
+    }
+    let written = rfc3339(whole_seconds(latest.time));
+    let found = w.restarted_at.map(rfc3339);
+    if found.as_deref() == Some(written.as_str())
+        || found
+            .as_deref()
+            .is_some_and(|f| supersedes(f, &written, now))
+    {
+        return None;
+    }
+    // Prefer an applier: it is the one that will write its value back again.
+    let by = owners
+        .owners
+        .iter()
+        .find(|o| o.apply)
+        .or(owners.owners.first())?;
+    Some(SkipReason::RevertedSince {
+        manager: by.manager.clone(),
+        written,
+        found,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::mark::AttemptHistory;
+    use crate::core::model::Attempt;
+    use crate::core::plan_tests::{deployment, pod};
+
+    fn at(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn owned(w: &mut Workload, owners: &[(&str, bool)], kustomization: Option<&str>) {
+        w.restart_owners = Some(Box::new(RestartOwners {
+            owners: owners
+                .iter()
+                .map(|(m, apply)| RestartOwner {
+                    manager: m.to_string(),
+                    apply: *apply,
+                })
+                .collect(),
+            kustomization: kustomization.map(str::to_string),
+        }));
+    }
+
+    fn bounced_at(w: &mut Workload, t: &str, outcome: AttemptOutcome) {
+        let mut a = Attempt::new(at(t), "p", Method::Rollout);
+        a.outcome = outcome;
+        w.attempt = AttemptMark::Seen(Box::new(AttemptHistory::of(&a)));
+    }
+
+    fn web() -> Workload {
+        deployment("a", "web", "web", vec![pod("web-0", "web", "2026-12-06T09:00:00Z", None)])
+    }
+
+    const NOW: &str = "2026-12-06T12:00:00Z";
+
+    #[test]
+    fn nobody_else_owning_the_key_lets_the_restart_hold() {
+        let mut w = web();
+        assert_eq!(undone(&w, at(NOW)), None);
+        w.restarted_at = Some(at("2026-12-06T11:00:00Z"));
+        bounced_at(&mut w, "2026-12-06T10:00:00Z", AttemptOutcome::Started);
+        assert_eq!(undone(&w, at(NOW)), None, "a value nobody owns is no revert");
+    }
+
+    #[test]
+    fn an_applier_of_the_key_pins_it_and_an_updater_does_not() {
+        let mut w = web();
+        w.restarted_at = Some(at("2026-01-01T00:00:00Z"));
+        owned(
+            &mut w,
+            &[("kustomize-controller", true)],
+            Some("flux-system/apps"),
+        );
+        let reason = undone(&w, at(NOW)).unwrap();
+        assert_eq!(reason.code(), "restartPinned");
+        let text = reason.to_string();
+        assert!(text.contains("kustomize-controller"), "{text}");
+        assert!(text.contains("Kustomization flux-system/apps"), "{text}");
+
+        owned(&mut w, &[("kubectl-rollout", false)], None);
+        assert_eq!(undone(&w, at(NOW)), None, "a kubectl restart is no pin");
+    }
+
+    #[test]
+    fn a_value_that_replaced_bouncers_restart_is_a_late_revert() {
+        let mut w = web();
+        bounced_at(&mut w, "2026-12-06T10:00:00.250Z", AttemptOutcome::Started);
+        // Git's older value back, written by the applier.
+        w.restarted_at = Some(at("2026-01-01T00:00:00Z"));
+        owned(&mut w, &[("kustomize-controller", true)], None);
+        let reason = undone(&w, at(NOW)).unwrap();
+        assert_eq!(reason.code(), "revertedSince");
+        let text = reason.to_string();
+        assert!(text.contains("2026-12-06T10:00:00Z"), "{text}");
+        assert!(text.contains("2026-01-01T00:00:00Z"), "{text}");
+        assert!(text.contains("kustomize-controller"), "{text}");
+        // An operator's controller, as an Update owner, is a late revert too.
+        owned(&mut w, &[("operator", false)], None);
+        assert_eq!(undone(&w, at(NOW)).unwrap().code(), "revertedSince");
+        // bouncer's own value in place: nothing was undone.
+        w.restarted_at = Some(at("2026-12-06T10:00:00Z"));
+        assert_eq!(undone(&w, at(NOW)), None);
+    }
+
+    #[test]
+    fn a_later_restart_or_an_evictions_mark_is_no_late_revert() {
+        let mut w = web();
+        bounced_at(&mut w, "2026-12-06T10:00:00Z", AttemptOutcome::Started);
+        w.restarted_at = Some(at("2026-12-06T11:00:00Z"));
+        owned(&mut w, &[("kubectl-rollout", false)], None);
+        assert_eq!(undone(&w, at(NOW)), None, "kubectl restarted it later");
+        // A value pinned ahead of now is no restart that happened.
+        w.restarted_at = Some(at("2027-01-01T00:00:00Z"));
+        assert_eq!(undone(&w, at(NOW)).unwrap().code(), "revertedSince");
+        for outcome in [AttemptOutcome::Reverted, AttemptOutcome::Superseded] {
+            bounced_at(&mut w, "2026-12-06T10:00:00Z", outcome);
+            assert_eq!(undone(&w, at(NOW)), None, "{outcome:?} was told in its run");
+        }
+        let a = Attempt::new(at("2026-12-06T10:00:00Z"), "p", Method::Evict);
+        w.attempt = AttemptMark::Seen(Box::new(AttemptHistory::of(&a)));
+        assert_eq!(undone(&w, at(NOW)), None, "an eviction writes no restartedAt");
+    }
+}
