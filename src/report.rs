@@ -10,7 +10,7 @@ use crate::core::model::{Method, WorkloadRef};
 use crate::core::outcome::{Outcome, Status};
 use crate::core::plan::Plan;
 use crate::core::quantity::format_bytes;
-use crate::core::reasons::Trigger;
+use crate::core::reasons::{SkipReason, Trigger};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "camelCase")]
@@ -86,6 +86,10 @@ pub struct Row {
     /// When the run's final re-check, right before this report, last saw the bounce's
     /// restartedAt intact (rollouts that were verified); null otherwise.
     pub last_confirmed: Option<String>,
+    /// The field manager whose hold on the pod template's restartedAt kept bouncer from
+    /// restarting through it (reasons restartPinned and revertedSince, or a bounce that evicted
+    /// instead); null otherwise.
+    pub restart_owner: Option<String>,
 }
 
 impl Row {
@@ -116,6 +120,7 @@ impl Row {
             duration_seconds: None,
             verification: None,
             last_confirmed: None,
+            restart_owner: None,
         }
     }
 }
@@ -223,11 +228,17 @@ pub fn build(plan: Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
                 row.reason = format!("interrupted: {why}");
             }
         }
+        let instead = match outcome {
+            Some(o) if o.status.bounced() => o.instead.as_ref(),
+            Some(_) => None,
+            None => b.instead.as_ref(),
+        };
+        evicted_instead(&mut row, instead);
         rows.push(row);
     }
     for b in &plan.dry_run {
         let would = b.triggers.iter().map(|t| t.to_string());
-        rows.push(Row {
+        let mut row = Row {
             triggers: triggers(&b.triggers),
             reason: format!(
                 "dry run (policy spec.dryRun), would bounce: {}",
@@ -243,7 +254,9 @@ pub fn build(plan: Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
                 b.memory.clone(),
                 DRY_RUN,
             )
-        });
+        };
+        evicted_instead(&mut row, b.instead.as_ref());
+        rows.push(row);
     }
     for s in plan.skips {
         rows.push(Row {
@@ -264,6 +277,7 @@ pub fn build(plan: Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
             duration_seconds: None,
             verification: None,
             last_confirmed: None,
+            restart_owner: s.reason.restart_owner().map(str::to_string),
         });
     }
     for row in &mut rows {
@@ -278,6 +292,15 @@ pub fn build(plan: Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
         metrics_unavailable: plan.metrics_unavailable.clone(),
         suspended_policies: plan.suspended_policies.iter().cloned().collect(),
         rows,
+    }
+}
+
+/// A bounce that evicts where it would have restarted through the template says why, and whose
+/// hold on restartedAt it is.
+fn evicted_instead(row: &mut Row, instead: Option<&SkipReason>) {
+    if let Some(reason) = instead {
+        row.reason = format!("{}; pods evicted instead of a restart: {reason}", row.reason);
+        row.restart_owner = reason.restart_owner().map(str::to_string);
     }
 }
 

@@ -26,6 +26,7 @@ fn fixture() -> (Plan, Vec<Outcome>) {
         policy: "mcp".into(),
         target: target(Kind::StatefulSet, "toolhive", name),
         method: Method::Rollout,
+        instead: None,
         triggers: vec![Trigger::Memory {
             pod: format!("{name}-0"),
             usage,
@@ -70,6 +71,7 @@ fn fixture() -> (Plan, Vec<Outcome>) {
         policy: "mcp".into(),
         target: target(Kind::StatefulSet, "toolhive", name),
         method: Method::Rollout,
+        instead: None,
         status,
         started: Some(t("2026-12-02T16:20:51Z")),
         patched_at: Some(t("2026-12-02T16:20:51Z")),

@@ -403,7 +403,10 @@ impl<'a> Machine<'a> {
             Err(error) => return self.skip(SkipReason::ReadFailed { error }, now),
         };
         let method = match recheck::before_acting(self.limits.policy, self.bounce, &fresh, now) {
-            Ok(m) => m,
+            Ok(route) => {
+                self.outcome.instead = route.instead;
+                route.method
+            }
             Err(reason) => return self.skip(reason, now),
         };
         // The fresh read takes a moment; a stop that came meanwhile starts nothing new.

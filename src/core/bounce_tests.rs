@@ -35,6 +35,7 @@ pub(crate) fn bounce_of(w: &Workload, p: &Policy) -> Bounce {
         policy: p.name.clone(),
         target: w.target.clone(),
         method: Method::Rollout,
+        instead: None,
         triggers: vec![],
         pods: w.pods.len(),
         memory: None,

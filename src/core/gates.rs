@@ -195,6 +195,14 @@ pub fn admits(
     Ok(())
 }
 
+/// How a bounce that passed the gates is carried out: its method, and why the pods are evicted
+/// where the template would have been restarted (a restart another manager would undo).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    pub method: Method,
+    pub instead: Option<SkipReason>,
+}
+
 /// After the triggers: the cooldown, the safety checks on the workload's state, and the
 /// policy's blocker. The planner's chain and every fresh read's before acting.
 pub fn safety(
@@ -203,21 +211,37 @@ pub fn safety(
     pdbs: &[Pdb],
     prometheus: &Prometheus,
     now: DateTime<Utc>,
-) -> Result<Method, SkipReason> {
+) -> Result<Route, SkipReason> {
     cooldown(policy, w, now)?;
-    let mut method = preflight(policy, w, pdbs)?;
-    if method == Method::Rollout
-        && let Some(reason) = pin::undone(w, now)
-    {
-        // A restart another manager would undo is not written; onRevert: evict bounces the pods
-        // without touching the template, through an eviction's own checks.
-        if policy.restart.on_revert != OnRevert::Evict {
-            return Err(reason);
-        }
-        method = preflight(&evicting(policy), w, pdbs)?;
-    }
+    let route = route(policy, w, pdbs, now)?;
     blocker(policy, prometheus)?;
-    Ok(method)
+    Ok(route)
+}
+
+/// The safety checks on the workload's state, and the method they leave. A restart another
+/// manager would undo is not written; onRevert: evict bounces the pods without touching the
+/// template, through an eviction's own checks.
+pub fn route(
+    policy: &Policy,
+    w: &Workload,
+    pdbs: &[Pdb],
+    now: DateTime<Utc>,
+) -> Result<Route, SkipReason> {
+    let method = preflight(policy, w, pdbs)?;
+    let undone = (method == Method::Rollout)
+        .then(|| pin::undone(w, now))
+        .flatten();
+    match undone {
+        None => Ok(Route {
+            method,
+            instead: None,
+        }),
+        Some(reason) if policy.restart.on_revert == OnRevert::Evict => Ok(Route {
+            method: preflight(&evicting(policy), w, pdbs)?,
+            instead: Some(reason),
+        }),
+        Some(reason) => Err(reason),
+    }
 }
 
 /// The policy as an eviction bounce reads it.

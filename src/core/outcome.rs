@@ -159,6 +159,9 @@ pub struct Outcome {
     pub policy: String,
     pub target: WorkloadRef,
     pub method: Method,
+    /// Why the pods were evicted where the template would have been restarted (see
+    /// `Bounce::instead`), as the fresh read before acting found it.
+    pub instead: Option<SkipReason>,
     pub status: Status,
     pub started: Option<DateTime<Utc>>,
     /// When the restartedAt patch (or the first eviction) was written.

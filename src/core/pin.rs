@@ -95,7 +95,7 @@ mod tests {
     use super::*;
     use crate::core::mark::AttemptHistory;
     use crate::core::model::Attempt;
-    use crate::core::plan_tests::{deployment, pod};
+    use crate::core::plan::tests::{deployment, pod};
 
     fn at(s: &str) -> DateTime<Utc> {
         s.parse().unwrap()

@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 pub use crate::core::gates::{
-    admits, blocker, cooldown, identity_gates, oldest_start, preflight, safety,
+    Route, admits, blocker, cooldown, identity_gates, oldest_start, safety,
 };
 use crate::core::group::{self, Group};
 use crate::core::history::Prometheus;
@@ -27,6 +27,9 @@ pub struct Bounce {
     pub policy: String,
     pub target: WorkloadRef,
     pub method: Method,
+    /// Why the pods are evicted where the template would have been restarted: a restart
+    /// another manager would undo (`onRevert: evict`).
+    pub instead: Option<SkipReason>,
     pub triggers: Vec<Trigger>,
     pub pods: usize,
     pub memory: Option<MemoryReading>,
@@ -276,7 +279,7 @@ fn cap(
 fn candidate(
     policy: &Policy,
     w: &Workload,
-    method: Method,
+    route: Route,
     triggers: Vec<Trigger>,
     reading: Option<MemoryReading>,
     urgency: Option<f64>,
@@ -285,7 +288,8 @@ fn candidate(
         bounce: Bounce {
             policy: policy.name.clone(),
             target: w.target.clone(),
-            method,
+            method: route.method,
+            instead: route.instead,
             triggers,
             pods: w.pods.len(),
             memory: reading,
@@ -339,8 +343,8 @@ fn decision(
         prometheus,
         now,
     ) {
-        Ok((method, triggers, urgency)) => Ok(candidate(
-            &policy, workload, method, triggers, reading, urgency,
+        Ok((route, triggers, urgency)) => Ok(candidate(
+            &policy, workload, route, triggers, reading, urgency,
         )),
         Err(reason) => Err(skip(&policy, workload, reading, reason)),
     }
@@ -435,12 +439,12 @@ fn group_units(
                 Err(s) if matches!(s.reason, SkipReason::NotDue(_)) => {
                     let joins = overrides::effective(policy, w).and_then(|p| {
                         cooldown(&p, w, now)?;
-                        Ok((preflight(&p, w, &inv.pdbs)?, p))
+                        Ok((crate::core::gates::route(&p, w, &inv.pdbs, now)?, p))
                     });
                     match joins {
-                        Ok((method, p)) => {
+                        Ok((way, p)) => {
                             let triggers = vec![Trigger::Group { due: due.clone() }];
-                            Ok(candidate(&p, w, method, triggers, s.memory, None))
+                            Ok(candidate(&p, w, way, triggers, s.memory, None))
                         }
                         Err(reason) => Err(Skip { reason, ..s }),
                     }
@@ -536,7 +540,7 @@ pub fn selects(policy: &Policy, w: &Workload) -> bool {
             || w.pods.iter().any(|p| policy.selector.matches(&p.labels)))
 }
 
-type Decision = (Method, Vec<Trigger>, Option<f64>);
+type Decision = (Route, Vec<Trigger>, Option<f64>);
 
 fn decide(
     policy: &Policy,
@@ -558,8 +562,8 @@ fn decide(
         }
         other => other?,
     };
-    let method = safety(policy, w, &inv.pdbs, prometheus, now)?;
-    Ok((method, triggers, urgency))
+    let route = safety(policy, w, &inv.pdbs, prometheus, now)?;
+    Ok((route, triggers, urgency))
 }
 
 fn triggers(

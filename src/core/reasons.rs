@@ -334,6 +334,16 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
+    /// The field manager that holds the pod template's restartedAt, for the reasons about it.
+    pub fn restart_owner(&self) -> Option<&str> {
+        match self {
+            SkipReason::RestartPinned { manager, .. } | SkipReason::RevertedSince { manager, .. } => {
+                Some(manager)
+            }
+            _ => None,
+        }
+    }
+
     pub fn code(&self) -> &'static str {
         match self {
             SkipReason::NamespaceExcluded => "namespaceExcluded",

@@ -4,8 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::core::action::Fresh;
-use crate::core::gates::{admits, blocker, evicting, preflight, safety};
-use crate::core::model::Method;
+use crate::core::gates::{Route, admits, blocker, evicting, preflight, safety};
 use crate::core::outcome::{Outcome, Status};
 use crate::core::overrides;
 use crate::core::plan::Bounce;
@@ -27,6 +26,7 @@ pub fn planned(b: &Bounce) -> Outcome {
         written: None,
         attempt: None,
         last_confirmed: None,
+        instead: b.instead.clone(),
     }
 }
 
@@ -38,7 +38,7 @@ pub fn before_acting(
     b: &Bounce,
     fresh: &Fresh,
     now: DateTime<Utc>,
-) -> Result<Method, SkipReason> {
+) -> Result<Route, SkipReason> {
     let Some(context) = &fresh.context else {
         return Err(SkipReason::ReadFailed {
             error: "the fresh read lacks the namespaces, disruption budgets and blockers".into(),

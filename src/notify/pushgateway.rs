@@ -23,7 +23,7 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 pub const JOB: &str = "bouncer";
 
 /// Every skip reason code a row can carry (`reasonCode`); the unit tests keep it complete.
-pub const SKIP_REASONS: [&str; 32] = [
+pub const SKIP_REASONS: [&str; 34] = [
     "backingOff",
     "badAttemptMark",
     "barePodNoRollout",
@@ -51,8 +51,10 @@ pub const SKIP_REASONS: [&str; 32] = [
     "pendingTemplate",
     "policyCap",
     "readFailed",
+    "restartPinned",
     "restartStrategy",
     "restartedMeanwhile",
+    "revertedSince",
     "rolloutInProgress",
     "suspended",
     "unsupportedOwner",

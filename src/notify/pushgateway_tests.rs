@@ -216,6 +216,15 @@ fn every_skip_reason() -> Vec<SkipReason> {
         },
         SkipReason::Suspended,
         SkipReason::ClaimedInDryRun { policy: "p".into() },
+        SkipReason::RestartPinned {
+            manager: String::new(),
+            kustomization: None,
+        },
+        SkipReason::RevertedSince {
+            manager: String::new(),
+            written: String::new(),
+            found: None,
+        },
     ];
     for r in &all {
         match r {
@@ -251,7 +260,9 @@ fn every_skip_reason() -> Vec<SkipReason> {
             | SkipReason::RestartStrategy { .. }
             | SkipReason::NotOperatorOwned { .. }
             | SkipReason::Suspended
-            | SkipReason::ClaimedInDryRun { .. } => {}
+            | SkipReason::ClaimedInDryRun { .. }
+            | SkipReason::RestartPinned { .. }
+            | SkipReason::RevertedSince { .. } => {}
         }
     }
     all
