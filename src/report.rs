@@ -299,7 +299,10 @@ pub fn build(plan: Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
 /// hold on restartedAt it is.
 fn evicted_instead(row: &mut Row, instead: Option<&SkipReason>) {
     if let Some(reason) = instead {
-        row.reason = format!("{}; pods evicted instead of a restart: {reason}", row.reason);
+        row.reason = format!(
+            "{}; pods evicted instead of a restart: {reason}",
+            row.reason
+        );
         row.restart_owner = reason.restart_owner().map(str::to_string);
     }
 }

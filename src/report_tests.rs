@@ -230,3 +230,56 @@ fn a_failure_has_a_stable_reason_code() {
     );
     assert_eq!(v["summary"]["failed"], 1);
 }
+
+/// Issue 40: a restart an applier pins is evicted instead (the row says so and names the owner)
+/// or skipped as `restartPinned` with the owner in `restartOwner`.
+#[test]
+fn a_pinned_restart_names_its_owner_in_the_row() {
+    let pinned = SkipReason::RestartPinned {
+        manager: "kustomize-controller".into(),
+        kustomization: Some("flux-system/apps".into()),
+    };
+    let (mut plan, mut outcomes) = fixture();
+    plan.bounces[0].method = Method::Evict;
+    plan.bounces[0].instead = Some(pinned.clone());
+    outcomes[0].method = Method::Evict;
+    outcomes[0].instead = Some(pinned.clone());
+    plan.skips[0].reason = pinned;
+    let report = build(plan.clone(), Mode::Run, Some(&outcomes));
+    let v: serde_json::Value = serde_json::from_str(&render(&report, Format::Json, true)).unwrap();
+    let evicted = &v["rows"][0];
+    assert_eq!(evicted["decision"], "bounced");
+    assert_eq!(evicted["method"], "evict");
+    assert_eq!(evicted["restartOwner"], "kustomize-controller");
+    let reason = evicted["reason"].as_str().unwrap();
+    assert!(
+        reason.ends_with(&format!(
+            "; pods evicted instead of a restart: {}",
+            outcomes[0].instead.as_ref().unwrap()
+        )),
+        "{reason}"
+    );
+    // The bounce not attempted says nothing of an eviction it never did.
+    assert_eq!(v["rows"][1]["restartOwner"], serde_json::Value::Null);
+    let skip = &v["rows"][2];
+    assert_eq!(skip["reasonCode"], "restartPinned");
+    assert_eq!(skip["restartOwner"], "kustomize-controller");
+    assert!(
+        skip["reason"]
+            .as_str()
+            .unwrap()
+            .contains("flux-system/apps"),
+        "{skip}"
+    );
+    // Planned (not yet run): the eviction is what would happen.
+    let planned = build(plan, Mode::Plan, None);
+    assert!(
+        planned.rows[0]
+            .reason
+            .contains("pods evicted instead of a restart")
+    );
+    assert_eq!(
+        planned.rows[0].restart_owner.as_deref(),
+        Some("kustomize-controller")
+    );
+}

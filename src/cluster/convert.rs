@@ -634,6 +634,64 @@ mod api_json_tests {
         );
     }
 
+    /// Who owns the template's restartedAt is read from managedFields as the API server sends
+    /// them: an Apply entry (kustomize-controller) and an Update entry (an operator) that own
+    /// the key, bouncer's own entry and entries for other fields left out; Flux's labels name
+    /// the Kustomization.
+    #[test]
+    fn the_owners_of_restarted_at_are_read_from_managed_fields() {
+        use crate::core::literals::RESTARTED_AT;
+        use crate::core::pin::{RestartOwner, RestartOwners};
+        let key = format!("f:{RESTARTED_AT}");
+        let owns = json!({"f:spec": {"f:replicas": {}, "f:template": {"f:metadata": {
+            "f:annotations": {".": {}, key.as_str(): {}}, "f:labels": {"f:app": {}}}}}});
+        let other = json!({"f:spec": {"f:template": {"f:metadata": {"f:annotations": {"f:team": {}}}}},
+                           "f:status": {"f:replicas": {}}});
+        let entry = |manager: &str, operation: &str, fields: &serde_json::Value| {
+            json!({
+            "manager": manager, "operation": operation, "apiVersion": "apps/v1",
+            "time": "2026-12-06T09:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": fields})
+        };
+        let deployment = json!({
+            "metadata": {"name": "web", "namespace": "shop",
+                "labels": {"kustomize.toolkit.fluxcd.io/name": "apps",
+                           "kustomize.toolkit.fluxcd.io/namespace": "flux-system"},
+                "managedFields": [
+                    entry("kustomize-controller", "Apply", &owns),
+                    entry("bouncer", "Update", &owns),
+                    entry("kube-controller-manager", "Update", &other),
+                    entry("thv-operator", "Update", &owns),
+                    {"manager": "old", "operation": "Update"},
+                ]},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}}}},
+            "status": {}
+        });
+        let w = convert::controller(
+            Kind::Deployment,
+            serde_json::from_value(deployment.clone()).unwrap(),
+        );
+        let owner = |manager: &str, apply: bool| RestartOwner {
+            manager: manager.into(),
+            apply,
+        };
+        assert_eq!(
+            w.restart_owners.as_deref(),
+            Some(&RestartOwners {
+                owners: vec![
+                    owner("kustomize-controller", true),
+                    owner("thv-operator", false)
+                ],
+                kustomization: Some("flux-system/apps".into()),
+            })
+        );
+        // bouncer alone, or nobody: no owner to answer to.
+        let mut alone = deployment;
+        alone["metadata"]["managedFields"] = json!([entry("bouncer", "Update", &owns)]);
+        let w = convert::controller(Kind::Deployment, serde_json::from_value(alone).unwrap());
+        assert_eq!(w.restart_owners, None);
+    }
+
     /// A Deployment an MCPServer controls names it (the operator's ownerReference), with the
     /// restart the operator last wrote on its template; other owners do not count.
     #[test]

@@ -66,6 +66,9 @@ pub const REASON_SUPERSEDED: &str = "BounceSuperseded";
 pub const REASON_BREAKER_OPEN: &str = "BounceBreakerOpen";
 /// A due workload its policy's `blockWhen` held back: a firing alert, or no answer (Warning).
 pub const REASON_BLOCKED: &str = "BounceBlocked";
+/// A due workload whose restartedAt an applier (Flux, Argo CD, `kubectl apply --server-side`)
+/// pins, so a restart would be undone by its next apply (Warning).
+pub const REASON_RESTART_PINNED: &str = "BounceRestartPinned";
 /// On the run Lease: when each held-back workload was last told by an Event (`core::notice`).
 pub const TOLD_ANNOTATION: &str = "bouncer.dev/told";
 /// ToolHive's MCPServer (group toolhive.stacklok.dev): its operator restarts the proxy

@@ -1,6 +1,6 @@
 //! Warning Events for skips a person must see: a due workload held back by its policy's
-//! `blockWhen` (a firing alert, or a query that could not be answered) or by its open circuit
-//! breaker. Told on the workload at most once per [`EVERY`] for as long as the condition lasts,
+//! `blockWhen` (a firing alert, or a query that could not be answered), by its open circuit
+//! breaker, or by an owner that would undo its restart (`restartPinned`, `revertedSince`). Told on the workload at most once per [`EVERY`] for as long as the condition lasts,
 //! not on every run: a CronJob every 15 minutes would otherwise write 96 Events a day per
 //! workload. What was told when lives on the run Lease (see `cluster::lock`).
 
@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::literals::{REASON_BLOCKED, REASON_BREAKER_OPEN};
+use super::literals::{
+    REASON_BLOCKED, REASON_BREAKER_OPEN, REASON_RESTART_PINNED, REASON_REVERTED,
+};
 use super::model::WorkloadRef;
 use super::reasons::SkipReason;
 
@@ -35,6 +37,8 @@ fn event_reason(reason: &SkipReason) -> Option<&'static str> {
     match reason {
         SkipReason::BreakerOpen { .. } => Some(REASON_BREAKER_OPEN),
         SkipReason::Blocked { .. } | SkipReason::BlockerFailed { .. } => Some(REASON_BLOCKED),
+        SkipReason::RestartPinned { .. } => Some(REASON_RESTART_PINNED),
+        SkipReason::RevertedSince { .. } => Some(REASON_REVERTED),
         _ => None,
     }
 }

@@ -123,3 +123,19 @@ fn a_time_told_in_the_future_does_not_silence_a_workload() {
     assert_eq!(out.len(), 1);
     assert_eq!(next.values().next(), Some(&t(0)));
 }
+
+#[test]
+fn a_restart_an_owner_would_undo_is_told_as_a_warning() {
+    let pinned = SkipReason::RestartPinned {
+        manager: "kustomize-controller".into(),
+        kustomization: Some("flux-system/apps".into()),
+    };
+    let reverted = SkipReason::RevertedSince {
+        manager: "argocd-controller".into(),
+        written: "2026-12-07T01:00:00Z".into(),
+        found: None,
+    };
+    let skips = [(w("api"), pinned), (w("web"), reverted)];
+    let (first, _) = told(&skips, &Told::new(), 0);
+    assert_eq!(first, ["BounceRestartPinned api", "BounceReverted web"]);
+}

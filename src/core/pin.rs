@@ -49,11 +49,7 @@ pub fn undone(w: &Workload, now: DateTime<Utc>) -> Option<SkipReason> {
 
 /// bouncer's last restart through the template, replaced since by a value another manager
 /// owns that is no later restart (an earlier time, a time ahead of now, or no time at all).
-fn reverted_since(
-    w: &Workload,
-    owners: &RestartOwners,
-    now: DateTime<Utc>,
-) -> Option<SkipReason> {
+fn reverted_since(w: &Workload, owners: &RestartOwners, now: DateTime<Utc>) -> Option<SkipReason> {
     let latest = match &w.attempt {
         AttemptMark::Seen(h) => h.latest()?,
         _ => return None,
@@ -121,7 +117,12 @@ mod tests {
     }
 
     fn web() -> Workload {
-        deployment("a", "web", "web", vec![pod("web-0", "web", "2026-12-06T09:00:00Z", None)])
+        deployment(
+            "a",
+            "web",
+            "web",
+            vec![pod("web-0", "web", "2026-12-06T09:00:00Z", None)],
+        )
     }
 
     const NOW: &str = "2026-12-06T12:00:00Z";
@@ -132,7 +133,11 @@ mod tests {
         assert_eq!(undone(&w, at(NOW)), None);
         w.restarted_at = Some(at("2026-12-06T11:00:00Z"));
         bounced_at(&mut w, "2026-12-06T10:00:00Z", AttemptOutcome::Started);
-        assert_eq!(undone(&w, at(NOW)), None, "a value nobody owns is no revert");
+        assert_eq!(
+            undone(&w, at(NOW)),
+            None,
+            "a value nobody owns is no revert"
+        );
     }
 
     #[test]
@@ -191,6 +196,10 @@ mod tests {
         }
         let a = Attempt::new(at("2026-12-06T10:00:00Z"), "p", Method::Evict);
         w.attempt = AttemptMark::Seen(Box::new(AttemptHistory::of(&a)));
-        assert_eq!(undone(&w, at(NOW)), None, "an eviction writes no restartedAt");
+        assert_eq!(
+            undone(&w, at(NOW)),
+            None,
+            "an eviction writes no restartedAt"
+        );
     }
 }

@@ -337,9 +337,8 @@ impl SkipReason {
     /// The field manager that holds the pod template's restartedAt, for the reasons about it.
     pub fn restart_owner(&self) -> Option<&str> {
         match self {
-            SkipReason::RestartPinned { manager, .. } | SkipReason::RevertedSince { manager, .. } => {
-                Some(manager)
-            }
+            SkipReason::RestartPinned { manager, .. }
+            | SkipReason::RevertedSince { manager, .. } => Some(manager),
             _ => None,
         }
     }

@@ -500,3 +500,49 @@ mod bounds {
         assert_eq!(scaled(Int(4), 2, true), 4);
     }
 }
+
+/// Issue 40: a restartedAt an applier owns is never written. `onRevert: evict` evicts instead,
+/// through eviction's own preflight (a budget with no room still holds it back); `fail` skips,
+/// naming the owner.
+#[test]
+fn a_pinned_restart_is_routed_to_eviction_or_skipped() {
+    use crate::core::gates::route;
+    use crate::core::pin::{RestartOwner, RestartOwners};
+    use crate::core::policy::OnRevert;
+
+    let mut w = workload(Kind::Deployment, 3, UpdateStrategy::RollingUpdate);
+    w.restart_owners = Some(Box::new(RestartOwners {
+        owners: vec![RestartOwner {
+            manager: "kustomize-controller".into(),
+            apply: true,
+        }],
+        kustomization: Some("flux-system/apps".into()),
+    }));
+    let now = "2026-12-06T12:00:00Z".parse().unwrap();
+    let pinned = SkipReason::RestartPinned {
+        manager: "kustomize-controller".into(),
+        kustomization: Some("flux-system/apps".into()),
+    };
+
+    let mut fail = strict();
+    fail.restart.on_revert = OnRevert::Fail;
+    assert_eq!(route(&fail, &w, &[], now), Err(pinned.clone()));
+
+    let mut evict = strict();
+    evict.restart.on_revert = OnRevert::Evict;
+    let routed = route(&evict, &w, &[budget("a", "x", 1)], now).unwrap();
+    assert_eq!(
+        (routed.method, routed.instead),
+        (Method::Evict, Some(pinned))
+    );
+    let full = route(&evict, &w, &[budget("a", "x", 0)], now);
+    assert!(
+        matches!(full, Err(SkipReason::PdbBlocks { .. })),
+        "{full:?}"
+    );
+
+    // An Update owner (an operator) is not known to revert until it did: the restart is written.
+    w.restart_owners.as_mut().unwrap().owners[0].apply = false;
+    let held = route(&fail, &w, &[], now).unwrap();
+    assert_eq!((held.method, held.instead), (Method::Rollout, None));
+}
