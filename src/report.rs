@@ -300,8 +300,9 @@ pub fn build(plan: Plan, mode: Mode, outcomes: Option<&[Outcome]>) -> Report {
 fn evicted_instead(row: &mut Row, instead: Option<&SkipReason>) {
     if let Some(reason) = instead {
         row.reason = format!(
-            "{}; pods evicted instead of a restart: {reason}",
-            row.reason
+            "{}; pods evicted instead of a restart: {}",
+            row.reason,
+            reason.evicted_because()
         );
         row.restart_owner = reason.restart_owner().map(str::to_string);
     }

@@ -343,6 +343,29 @@ impl SkipReason {
         }
     }
 
+    /// Why a bounce evicts where it would have restarted through the template, for a reason
+    /// `gates::route` turned into an eviction (the skip's advice to evict would read oddly).
+    pub fn evicted_because(&self) -> String {
+        match self {
+            SkipReason::RestartPinned {
+                manager,
+                kustomization,
+            } => {
+                let by = kustomization
+                    .as_ref()
+                    .map(|k| format!(" (Kustomization {k})"))
+                    .unwrap_or_default();
+                format!(
+                    "restartedAt is pinned by {manager}{by}, whose next apply would undo a restart"
+                )
+            }
+            SkipReason::RevertedSince {
+                manager, written, ..
+            } => format!("{manager} reverted bouncer's restart of {written}"),
+            other => other.to_string(),
+        }
+    }
+
     pub fn code(&self) -> &'static str {
         match self {
             SkipReason::NamespaceExcluded => "namespaceExcluded",

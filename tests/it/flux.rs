@@ -1,8 +1,9 @@
 //! The real Flux controllers (source-controller and kustomize-controller, see
 //! `bouncer_testkit::flux`) applying a Deployment from a Git repository served on loopback, and
 //! bouncer restarting it: whether the restart survives Flux's reconciles, what Flux does to
-//! `kubectl rollout restart`, a Git manifest that pins the restart annotation itself, and a
-//! suspended or pruning Kustomization.
+//! `kubectl rollout restart`, a Git manifest that pins the restart annotation itself (never
+//! written: evicted instead or skipped), a pin added after the run, and a suspended or pruning
+//! Kustomization.
 //!
 //! Each test prints the reconcile timings and the field managers of the Deployment before and
 //! after each reconcile (`cargo test -- --nocapture`).
@@ -18,21 +19,21 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 
 use crate::harness::{
-    Bounced, Policies, audit_mark, bouncer, bouncer_env, bouncer_events, deployment, pod_uids,
-    pods, policy, restarted_at_of, rollout_restart,
+    Bounced, Policies, audit_mark, audit_since, audited, bouncer, bouncer_events, deployment,
+    pod_uids, pods, policy, restarted_at_of, rollout_restart,
 };
 use crate::revert::{assert_one_at_a_time, evictions};
 
 const READY: Duration = Duration::from_secs(180);
-const APP: &str = "web";
-const PODS: &str = "app=web";
-const MEMORY_POLICY: &str = "  triggers:\n    memory: {above: 256Mi}\n  cooldown: 1s\n";
+pub(crate) const APP: &str = "web";
+pub(crate) const PODS: &str = "app=web";
+pub(crate) const MEMORY_POLICY: &str = "  triggers:\n    memory: {above: 256Mi}\n  cooldown: 1s\n";
 /// A value some teams pin in Git to force a rollout on their own terms.
-const PINNED: &str = "2026-01-01T00:00:00Z";
+pub(crate) const PINNED: &str = "2026-01-01T00:00:00Z";
 
 /// The Deployment as Git holds it: two pods using 300Mi each (over the policies' 256Mi), with
 /// `pod_annotations` in the template. JSON is YAML, which kustomize reads.
-fn manifest(pod_annotations: &[(&str, &str)]) -> String {
+pub(crate) fn manifest(pod_annotations: &[(&str, &str)]) -> String {
     let mut d = bouncer_testkit::deployment(APP, 2, &[("app", APP)]).with_memory("300Mi", "0");
     let annotations = d
         .spec
@@ -63,6 +64,16 @@ async fn flux_with_web(
     wait_rollout_complete(client, Kind::Deployment, ns, APP, READY)
         .await
         .unwrap_or_else(|e| panic!("{e:#}\n{}", flux.logs()));
+    web_ready(client, ns).await;
+    flux
+}
+
+/// `web` rolled out, its two pods Ready and their memory over the policies' threshold as
+/// metrics-server reports it (a new pod's first reading takes a scrape).
+pub(crate) async fn web_ready(client: &Client, ns: &str) {
+    wait_rollout_complete(client, Kind::Deployment, ns, APP, READY)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let ready = wait_pods_ready(client, ns, PODS, 2, READY).await.unwrap();
     for p in &ready {
         let name = p.metadata.name.as_deref().unwrap();
@@ -73,12 +84,11 @@ async fn flux_with_web(
         .expect("memory over the threshold")
         .expect("metrics present");
     }
-    flux
 }
 
 /// The Deployment's field managers: `manager/operation`, `*` marking those that own the pod
 /// template's restartedAt.
-async fn managers(client: &Client, ns: &str) -> Vec<String> {
+pub(crate) async fn managers(client: &Client, ns: &str) -> Vec<String> {
     let d = deployment(client, ns, APP).await;
     let key = format!(
         "/f:spec/f:template/f:metadata/f:annotations/f:{}",
@@ -105,7 +115,7 @@ async fn managers(client: &Client, ns: &str) -> Vec<String> {
 }
 
 /// Managers that own the template's restartedAt (the `*` entries), names only.
-fn owners_of_restarted_at(managers: &[String]) -> Vec<String> {
+pub(crate) fn owners_of_restarted_at(managers: &[String]) -> Vec<String> {
     managers
         .iter()
         .filter_map(|m| m.strip_suffix('*'))
@@ -122,7 +132,7 @@ async fn replica_sets(client: &Client, ns: &str) -> usize {
         .len()
 }
 
-fn generation(d: &Deployment) -> i64 {
+pub(crate) fn generation(d: &Deployment) -> i64 {
     d.metadata.generation.unwrap_or_default()
 }
 
@@ -147,7 +157,8 @@ fn report(run: &Bounced, flux: &Flux) -> String {
 
 /// Flux applies the Deployment from Git; bouncer's restart is verified and stays: three
 /// reconciles later the annotation holds bouncer's value, kustomize-controller never owned it,
-/// and no second rollout happened.
+/// and no second rollout happened. When Git later pins the key, the next run finds the late
+/// revert (`revertedSince`) and does not patch again.
 #[tokio::test]
 async fn flux_keeps_bouncers_restart_through_reconciles() {
     let client = client().await;
@@ -220,6 +231,43 @@ async fn flux_keeps_bouncers_restart_through_reconciles() {
             .is_empty()
     );
     assert!(flux.is_running(), "Flux survived");
+
+    // A revert after the run: Git starts pinning the key and Flux applies it, long after
+    // bouncer verified. The next run finds Git's value where its own was, names the owner, and
+    // writes nothing.
+    flux.push(
+        &client,
+        &[("web.yaml", &manifest(&[(RESTARTED_AT, PINNED)]))],
+        "pin restartedAt",
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    web_ready(&client, n).await;
+    assert_eq!(
+        restarted_at_of(&client, n, APP).await.as_deref(),
+        Some(PINNED)
+    );
+    let reverted = generation(&deployment(&client, n, APP).await);
+    let mark = audit_mark().expect("the test cluster writes an audit log");
+    let run = bouncer(&["run"], &policies, n).await;
+    assert_eq!(run.code, 0, "{}", report(&run, &flux));
+    let row = run.row(APP);
+    eprintln!(
+        "flux {FLUX_VERSION}: reverted after the run, next run: {}",
+        row["reason"]
+    );
+    assert_eq!(
+        (row["decision"].as_str(), row["reasonCode"].as_str()),
+        (Some("skip"), Some("revertedSince")),
+        "{row:#}"
+    );
+    assert_eq!(row["restartOwner"], FLUX_MANAGER, "{row:#}");
+    assert!(row["reason"].as_str().unwrap().contains(&ours), "{row:#}");
+    assert_eq!(deployment_patches(mark, n), 0, "not patched again");
+    assert_eq!(generation(&deployment(&client, n, APP).await), reverted);
+    let events = bouncer_events(&client, n, APP, "BounceReverted").await;
+    assert_eq!(events.len(), 1, "one BounceReverted Event: {events:?}");
+    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
 }
 
 /// `kubectl rollout restart` writes the same annotation as field manager `kubectl-rollout`,
@@ -264,15 +312,22 @@ async fn flux_undoes_kubectl_rollout_restart() {
     assert!(owners_of_restarted_at(&after).is_empty(), "{after:?}");
 }
 
-/// Git pins restartedAt; Flux (reconciling every 2 s) writes it back over bouncer's value.
-/// bouncer sees the revert, names kustomize-controller, and `onRevert: evict` evicts, one at a
-/// time, the pods that Flux's write-back left from before the bounce: every pod ends up new.
+/// Patches of the Deployments in `ns` bouncer made since `mark` (the audit log), its own
+/// mark on the metadata included.
+fn deployment_patches(mark: u64, ns: &str) -> usize {
+    audited(&audit_since(mark), "patch", "deployments", ns).len()
+}
+
+/// Git pins restartedAt, and Flux reconciles at its usual pace (none during the run). bouncer
+/// reads kustomize-controller's Apply ownership before writing: the restart is never written;
+/// `onRevert: evict` evicts the two pods instead, one at a time. Flux's next reconcile then has
+/// nothing to undo: the template and its generation stay, and no pod rolls a second time.
 #[tokio::test]
-async fn flux_reverts_a_pinned_restart_and_bouncer_evicts() {
+async fn a_restart_git_pins_is_never_written_and_bouncer_evicts_instead() {
     let client = client().await;
     let ns = TestNs::new(&client, "flux-pin-evict").await;
     let n = ns.name();
-    let flux = flux_with_web(&client, n, &manifest(&[(RESTARTED_AT, PINNED)]), &[], "2s").await;
+    let flux = flux_with_web(&client, n, &manifest(&[(RESTARTED_AT, PINNED)]), &[], "1h").await;
     let before = managers(&client, n).await;
     assert_eq!(
         owners_of_restarted_at(&before),
@@ -285,7 +340,7 @@ async fn flux_reverts_a_pinned_restart_and_bouncer_evicts() {
         .iter()
         .filter_map(|p| p.metadata.name.clone())
         .collect();
-    let mark = audit_mark();
+    let sets = replica_sets(&client, n).await;
     let extra = format!("{MEMORY_POLICY}  restart: {{onRevert: evict}}\n");
     let policies = Policies::new(&[("p.yaml", &policy("web", n, "{app: web}", &extra))]);
     let gitops = explained_gitops(&policies, n).await;
@@ -293,100 +348,155 @@ async fn flux_reverts_a_pinned_restart_and_bouncer_evicts() {
         gitops["restartHolds"], false,
         "Git pins the annotation: {gitops}"
     );
+    let planned = bouncer(&["plan"], &policies, n).await;
+    let row = planned.row(APP);
+    assert_eq!(row["method"], "evict", "{row:#}");
+    assert_eq!(row["restartOwner"], FLUX_MANAGER, "{row:#}");
 
-    // The settle outlasts Flux's interval, so its revert lands before bouncer verifies.
-    let run = bouncer_env(&["run"], &policies, n, &[("BOUNCER_VERIFY_SETTLE", "8s")]).await;
-    let after = managers(&client, n).await;
-    eprintln!("flux {FLUX_VERSION}: pinned restartedAt, managers {before:?} -> {after:?}");
+    let mark = audit_mark().expect("the test cluster writes an audit log");
+    let run = bouncer(&["run"], &policies, n).await;
     assert_eq!(run.code, 0, "{}", report(&run, &flux));
     assert_eq!(
         run.queue(),
-        [(APP.to_string(), "revertedEvicted".to_string())],
+        [(APP.to_string(), "bounced".to_string())],
         "{}",
         report(&run, &flux)
     );
     let row = run.row(APP);
     eprintln!(
-        "flux {FLUX_VERSION}: pinned restartedAt, onRevert evict: {}s: {}",
+        "flux {FLUX_VERSION}: Git pins restartedAt, onRevert evict: {}s: {}",
         row["durationSeconds"], row["reason"]
     );
+    assert_eq!(row["method"], "evict", "{row:#}");
+    assert_eq!(row["restartOwner"], FLUX_MANAGER, "{row:#}");
+    let reason = row["reason"].as_str().unwrap();
     assert!(
-        row["reason"].as_str().unwrap().contains(FLUX_MANAGER),
+        reason.contains("pods evicted instead of a restart") && reason.contains(FLUX_MANAGER),
         "{row:#}"
     );
-    let events = bouncer_events(&client, n, APP, "BounceReverted").await;
-    assert_eq!(events.len(), 1, "one BounceReverted Event");
+    // The mark bouncer writes on the Deployment's metadata moves its generation (annotations
+    // are copied to ReplicaSets); a template write would also make a new ReplicaSet.
+    assert_eq!(replica_sets(&client, n).await, sets, "no template write");
+    let marked = generation(&deployment(&client, n, APP).await);
+    let evicted = evictions(mark, n);
+    eprintln!("flux {FLUX_VERSION}: Git pins restartedAt, evictions: {evicted:?}");
+    assert_eq!(evicted.len(), 2, "{evicted:?}");
     assert!(
-        events[0].note.as_deref().unwrap().contains(FLUX_MANAGER),
-        "{:?}",
-        events[0].note
+        evicted.iter().all(|(pod, _)| before_pods.contains(pod)),
+        "only pods from before the bounce were evicted: {evicted:?} of {before_pods:?}"
     );
+    let now = wait_pods_ready(&client, n, PODS, 2, READY).await.unwrap();
+    assert_one_at_a_time(&evicted, &now);
+    let new = pod_uids(&client, n, PODS).await;
+    assert!(new.iter().all(|u| !old.contains(u)), "every pod replaced");
     assert_eq!(
         restarted_at_of(&client, n, APP).await.as_deref(),
         Some(PINNED),
         "Git's value stands"
     );
-    assert_eq!(owners_of_restarted_at(&after), [FLUX_MANAGER], "{after:?}");
-    let now = wait_pods_ready(&client, n, PODS, 2, READY).await.unwrap();
-    assert!(
-        now.iter()
-            .all(|p| !old.contains(p.metadata.uid.as_ref().unwrap())),
-        "every pod replaced"
+    assert_eq!(
+        owners_of_restarted_at(&managers(&client, n).await),
+        [FLUX_MANAGER]
     );
-    // Flux's write-back rolls the pods once more; bouncer evicts only those still from before
-    // its bounce, so how many depends on when the revert landed in its rollout.
-    if let Some(mark) = mark {
-        let evicted = evictions(mark, n);
-        eprintln!(
-            "flux {FLUX_VERSION}: pinned restartedAt, evictions after the revert: {evicted:?}"
-        );
-        assert!(evicted.len() <= 2, "{evicted:?}");
-        assert!(
-            evicted.iter().all(|(pod, _)| before_pods.contains(pod)),
-            "only pods from before the bounce were evicted: {evicted:?} of {before_pods:?}"
-        );
-        assert_one_at_a_time(&evicted, &now);
-    }
+
+    let done = flux
+        .reconcile(&client)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    eprintln!(
+        "flux {FLUX_VERSION}: reconcile after the evictions took {} ms",
+        done.took.as_millis()
+    );
+    assert_eq!(
+        generation(&deployment(&client, n, APP).await),
+        marked,
+        "Flux had nothing to undo"
+    );
+    assert_eq!(replica_sets(&client, n).await, sets, "no new ReplicaSet");
+    assert_eq!(pod_uids(&client, n, PODS).await, new, "no pod rolled twice");
 }
 
-/// The same pinned restart with `onRevert: fail`: the run halts (exit 1) and names
-/// kustomize-controller; nothing is evicted.
+/// The same pin with `onRevert: fail`: `plan` and `run` skip the Deployment as `restartPinned`,
+/// naming kustomize-controller and the Kustomization, with a Warning Event; nothing is written
+/// or evicted. Once Git stops pinning the key, restarts resume and hold.
 #[tokio::test]
-async fn flux_reverts_a_pinned_restart_and_on_revert_fail_halts() {
+async fn a_restart_git_pins_is_skipped_until_git_lets_go() {
     let client = client().await;
     let ns = TestNs::new(&client, "flux-pin-fail").await;
     let n = ns.name();
-    let flux = flux_with_web(&client, n, &manifest(&[(RESTARTED_AT, PINNED)]), &[], "2s").await;
-    let mark = audit_mark();
+    let flux = flux_with_web(&client, n, &manifest(&[(RESTARTED_AT, PINNED)]), &[], "1h").await;
+    let applied = generation(&deployment(&client, n, APP).await);
+    let uids = pod_uids(&client, n, PODS).await;
     let extra = format!("{MEMORY_POLICY}  restart: {{onRevert: fail}}\n");
     let policies = Policies::new(&[("p.yaml", &policy("web", n, "{app: web}", &extra))]);
+    let kustomization = format!("{n}/app");
 
-    let run = bouncer_env(&["run"], &policies, n, &[("BOUNCER_VERIFY_SETTLE", "8s")]).await;
-    assert_eq!(run.code, 1, "{}", report(&run, &flux));
-    assert_eq!(
-        run.queue(),
-        [(APP.to_string(), "reverted".to_string())],
-        "{}",
-        report(&run, &flux)
-    );
-    let row = run.row(APP);
-    eprintln!(
-        "flux {FLUX_VERSION}: pinned restartedAt, onRevert fail: {}s: {}",
-        row["durationSeconds"], row["reason"]
-    );
-    for field in ["reason", "verification"] {
+    let mark = audit_mark().expect("the test cluster writes an audit log");
+    for command in ["plan", "run"] {
+        let out = bouncer(&[command], &policies, n).await;
+        assert_eq!(out.code, 0, "{command}: {}", report(&out, &flux));
+        let row = out.row(APP);
+        eprintln!(
+            "flux {FLUX_VERSION}: Git pins restartedAt, {command}: {}",
+            row["reason"]
+        );
+        assert_eq!(
+            (row["decision"].as_str(), row["reasonCode"].as_str()),
+            (Some("skip"), Some("restartPinned")),
+            "{command}: {row:#}"
+        );
+        assert_eq!(row["restartOwner"], FLUX_MANAGER, "{command}: {row:#}");
         assert!(
-            row[field].as_str().unwrap().contains(FLUX_MANAGER),
-            "{field}: {row:#}"
+            row["reason"].as_str().unwrap().contains(&kustomization),
+            "{command}: {row:#}"
         );
     }
+    assert_eq!(deployment_patches(mark, n), 0, "no write at all");
+    assert!(evictions(mark, n).is_empty(), "nothing evicted");
+    assert_eq!(generation(&deployment(&client, n, APP).await), applied);
+    assert_eq!(pod_uids(&client, n, PODS).await, uids);
+    let events = bouncer_events(&client, n, APP, "BounceRestartPinned").await;
+    assert_eq!(events.len(), 1, "one BounceRestartPinned Event: {events:?}");
+    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
+    assert!(
+        events[0].note.as_deref().unwrap().contains(FLUX_MANAGER),
+        "{:?}",
+        events[0].note
+    );
+
+    // Git drops the key: kustomize-controller removes it with its ownership, the pods roll to
+    // Git's template, and bouncer's next restart is an ordinary one.
+    flux.push(
+        &client,
+        &[("web.yaml", &manifest(&[]))],
+        "stop pinning restartedAt",
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    web_ready(&client, n).await;
+    let released = managers(&client, n).await;
+    assert!(owners_of_restarted_at(&released).is_empty(), "{released:?}");
+    let run = bouncer(&["run"], &policies, n).await;
+    assert_eq!(run.code, 0, "{}", report(&run, &flux));
+    assert_eq!(run.bounced(), [APP], "{}", report(&run, &flux));
+    let row = run.row(APP);
+    assert_eq!(row["method"], "rollout", "{row:#}");
+    assert!(
+        row["verification"]
+            .as_str()
+            .unwrap()
+            .starts_with("restartedAt intact"),
+        "{row:#}"
+    );
+    let ours = row["patchedAt"].as_str().unwrap().to_string();
+    flux.reconcile(&client)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
     assert_eq!(
         restarted_at_of(&client, n, APP).await.as_deref(),
-        Some(PINNED)
+        Some(ours.as_str()),
+        "the resumed restart holds through a reconcile"
     );
-    if let Some(mark) = mark {
-        assert!(evictions(mark, n).is_empty(), "nothing evicted");
-    }
 }
 
 /// A suspended Kustomization changes nothing in the bounce; Git meanwhile drops another

@@ -14,6 +14,7 @@ mod metrics;
 mod notify;
 mod overrides;
 mod owners;
+mod pin;
 mod policy_modes;
 mod prometheus;
 mod revert;
