@@ -160,9 +160,12 @@ pub enum RestartMethod {
 )]
 #[serde(rename_all = "camelCase")]
 pub enum OnRevert {
-    /// Report the revert, fail the bounce and halt the queue.
+    /// Report the revert, fail the bounce and halt the queue. A restart another manager would
+    /// undo (an applier owns restartedAt, or it reverted bouncer's last one) is not written:
+    /// the workload is skipped (`restartPinned`, `revertedSince`).
     Fail,
-    /// Report the revert, then evict the pods one at a time.
+    /// Report the revert, then evict the pods one at a time. A restart another manager would
+    /// undo is not written: the pods are evicted instead.
     Evict,
 }
 
