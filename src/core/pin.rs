@@ -202,4 +202,44 @@ mod tests {
             "an eviction writes no restartedAt"
         );
     }
+
+    proptest::proptest! {
+        /// Over generated owners, marks and values: an applier always holds the restart back; with
+        /// no other owner nothing does; a late revert is only ever a value other than bouncer's.
+        #[test]
+        fn only_another_owner_holds_a_restart_back(
+            owners in proptest::collection::vec(("[a-c]", proptest::bool::ANY), 0..3),
+            mark in proptest::option::of((0..7200i64, 0..4usize)),
+            value in proptest::option::of(0..7200i64),
+        ) {
+            let now = at(NOW);
+            let mut w = web();
+            let base = at("2026-12-06T10:00:00Z");
+            w.restarted_at = value.map(|s| base + chrono::Duration::seconds(s));
+            if let Some((offset, outcome)) = mark {
+                let outcome = [
+                    AttemptOutcome::Started,
+                    AttemptOutcome::Bounced,
+                    AttemptOutcome::Reverted,
+                    AttemptOutcome::Failed,
+                ][outcome];
+                bounced_at(&mut w, &rfc3339(base + chrono::Duration::seconds(offset)), outcome);
+            }
+            let pairs: Vec<(&str, bool)> = owners.iter().map(|(m, a)| (m.as_str(), *a)).collect();
+            if !pairs.is_empty() {
+                owned(&mut w, &pairs, None);
+            }
+            let verdict = undone(&w, now);
+            if pairs.iter().any(|(_, apply)| *apply) {
+                proptest::prop_assert!(verdict.is_some(), "an applier owns the key: {pairs:?}");
+            }
+            if pairs.is_empty() {
+                proptest::prop_assert_eq!(&verdict, &None);
+            }
+            if let Some(SkipReason::RevertedSince { written, found, manager }) = &verdict {
+                proptest::prop_assert_ne!(Some(written), found.as_ref());
+                proptest::prop_assert!(pairs.iter().any(|(m, _)| m == manager));
+            }
+        }
+    }
 }
