@@ -102,20 +102,18 @@ async fn explain_shows_each_policy_trigger_and_gate_and_writes_nothing() {
     let plan = bouncer(&["plan"], &policies, n).await;
     assert_eq!(plan.queue(), [("api".to_string(), "bounce".to_string())]);
 
-    if let Some(mark) = mark {
-        let log = audit_since(mark);
-        // Other tests' runs write meanwhile in their own namespaces.
-        let writes: Vec<&Value> = log
-            .iter()
-            .filter(|e| !matches!(e["verb"].as_str(), Some("get" | "list" | "watch")))
-            .filter(|e| {
-                e["objectRef"]["namespace"]
-                    .as_str()
-                    .is_none_or(|ns| ns == n)
-            })
-            .collect();
-        assert!(writes.is_empty(), "explain and plan wrote: {writes:#?}");
-    }
+    let log = audit_since(mark);
+    // Other tests' runs write meanwhile in their own namespaces.
+    let writes: Vec<&Value> = log
+        .iter()
+        .filter(|e| !matches!(e["verb"].as_str(), Some("get" | "list" | "watch")))
+        .filter(|e| {
+            e["objectRef"]["namespace"]
+                .as_str()
+                .is_none_or(|ns| ns == n)
+        })
+        .collect();
+    assert!(writes.is_empty(), "explain and plan wrote: {writes:#?}");
 
     let missing = bouncer(&["explain", &format!("sts/{n}/api")], &policies, n).await;
     assert_eq!(missing.code, 1, "{}", missing.stderr);

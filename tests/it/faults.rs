@@ -19,8 +19,8 @@ use crate::harness::{
 
 const READY: Duration = Duration::from_secs(180);
 
-fn patches_by_name(mark: Option<u64>, ns: &str) -> Option<Vec<String>> {
-    let log = audit_since(mark?);
+fn patches_by_name(mark: u64, ns: &str) -> Vec<String> {
+    let log = audit_since(mark);
     let mut names: Vec<String> = audited(&log, "patch", "deployments", ns)
         .iter()
         .map(|e| {
@@ -31,7 +31,7 @@ fn patches_by_name(mark: Option<u64>, ns: &str) -> Option<Vec<String>> {
         })
         .collect();
     names.sort();
-    Some(names)
+    names
 }
 
 async fn lease(client: &Client, ns: &str) -> Lease {
@@ -126,10 +126,7 @@ async fn sigterm_interrupts_the_wait_and_the_next_run_respects_the_cooldown() {
         before.iter().all(|u| now.contains(u)),
         "old pods replaced: {before:?} -> {now:?}"
     );
-    assert_eq!(
-        patches_by_name(mark, n).unwrap_or_default(),
-        Vec::<String>::new()
-    );
+    assert_eq!(patches_by_name(mark, n), Vec::<String>::new());
 }
 
 /// Two runs started at the same moment: one takes the lock and bounces, the other sees the lock
@@ -183,9 +180,11 @@ async fn two_runs_at_once_patch_each_workload_once() {
             "{name} not bounced"
         );
     }
-    if let Some(patched) = patches_by_name(mark, n) {
-        assert_eq!(patched, ["c1", "c2"], "each workload patched exactly once");
-    }
+    assert_eq!(
+        patches_by_name(mark, n),
+        ["c1", "c2"],
+        "each workload patched exactly once"
+    );
 }
 
 /// A live lease of another holder (renewing) is respected; once it stops changing (the holder
@@ -574,9 +573,7 @@ async fn api_server_restart_during_the_wait_is_survived() {
         Some(written)
     );
     assert!(written_by(&after.metadata, "bouncer").is_some());
-    if let Some(patched) = patches_by_name(mark, n) {
-        assert_eq!(patched, ["steady"], "patched exactly once");
-    }
+    assert_eq!(patches_by_name(mark, n), ["steady"], "patched exactly once");
 }
 
 /// Runs `scripts/cluster ARGS` (stop/start of one component), panicking on failure.

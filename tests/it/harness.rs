@@ -331,7 +331,7 @@ pub async fn bouncer_events(
         .collect()
 }
 
-fn audit_log() -> Option<PathBuf> {
+pub fn audit_log() -> Option<PathBuf> {
     let path = bouncer_testkit::cluster()
         .kubeconfig
         .parent()?
@@ -339,11 +339,14 @@ fn audit_log() -> Option<PathBuf> {
     path.is_file().then_some(path)
 }
 
-/// Where the API server's audit log ends now; None when the cluster writes none (an external one).
-pub fn audit_mark() -> Option<u64> {
+/// Where the API server's audit log ends now. The tests read bouncer's requests from it (what
+/// it patched, evicted, listed), so a cluster without one (an external cluster) fails them
+/// rather than letting them pass unchecked.
+pub fn audit_mark() -> u64 {
     audit_log()
         .and_then(|p| std::fs::metadata(p).ok())
         .map(|m| m.len())
+        .expect("the test cluster writes an audit log (scripts/cluster up starts one)")
 }
 
 /// Completed requests bouncer's user agent made after `mark`, as the audit log records them.

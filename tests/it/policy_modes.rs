@@ -77,7 +77,7 @@ async fn dry_run_and_suspended_policies_write_nothing_while_an_armed_one_bounces
     next_minute(Duration::from_secs(1)).await;
     let before_trial = versions(&client, n, "trial").await;
     let before_paused = versions(&client, n, "paused").await;
-    let mark = audit_mark().expect("the test cluster writes an audit log");
+    let mark = audit_mark();
 
     let run = bouncer(&["run"], &policies, n).await;
     assert_eq!(run.code, 0, "{}\n{:#}", run.stderr, run.report);

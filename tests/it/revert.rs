@@ -124,12 +124,10 @@ async fn bare_pods_are_evicted_one_at_a_time() {
         );
     }
     assert_eq!(pod_uids(&client, n, "app=mcpd").await, pod_uids_of(&before));
-    if let Some(mark) = mark {
-        assert!(
-            evictions(mark, n).is_empty(),
-            "nothing evicted without allowDowntime"
-        );
-    }
+    assert!(
+        evictions(mark, n).is_empty(),
+        "nothing evicted without allowDowntime"
+    );
 
     let mark = audit_mark();
     let run = bouncer(&["run"], &allowed, n).await;
@@ -158,12 +156,10 @@ async fn bare_pods_are_evicted_one_at_a_time() {
             "{name} was recreated"
         );
     }
-    if let Some(mark) = mark {
-        let evicted = evictions(mark, n);
-        let names: Vec<&str> = evicted.iter().map(|(p, _)| p.as_str()).collect();
-        assert_eq!(names, ["mcpd-0", "mcpd-1"]);
-        assert_one_at_a_time(&evicted, &after);
-    }
+    let evicted = evictions(mark, n);
+    let names: Vec<&str> = evicted.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(names, ["mcpd-0", "mcpd-1"]);
+    assert_one_at_a_time(&evicted, &after);
     assert!(!pods(&client, n, "app=mcpd").await.is_empty());
 }
 

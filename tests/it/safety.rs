@@ -222,26 +222,25 @@ async fn every_gate_skips_and_touches_nothing() {
         pod_uids(&client, o, "app=elsewhere").await,
         elsewhere_before
     );
-    if let Some(mark) = mark {
-        let log = audit_since(mark);
-        let patched: Vec<_> = audited(&log, "patch", "deployments", n)
-            .iter()
-            .map(|e| e["objectRef"]["name"].clone())
-            .collect();
-        assert_eq!(
-            patched,
-            [json!("control")],
-            "bouncer patched only the control"
-        );
-        assert!(audited(&log, "patch", "statefulsets", n).is_empty());
-        assert!(
-            audited(&log, "create", "pods/eviction", n).is_empty(),
-            "bouncer evicted a pod"
-        );
-        assert!(log.iter().all(|e| e["objectRef"]["namespace"] != o
-            || e["verb"] == "get"
-            || e["verb"] == "list"));
-    }
+    let log = audit_since(mark);
+    let patched: Vec<_> = audited(&log, "patch", "deployments", n)
+        .iter()
+        .map(|e| e["objectRef"]["name"].clone())
+        .collect();
+    assert_eq!(
+        patched,
+        [json!("control")],
+        "bouncer patched only the control"
+    );
+    assert!(audited(&log, "patch", "statefulsets", n).is_empty());
+    assert!(
+        audited(&log, "create", "pods/eviction", n).is_empty(),
+        "bouncer evicted a pod"
+    );
+    assert!(
+        log.iter()
+            .all(|e| e["objectRef"]["namespace"] != o || e["verb"] == "get" || e["verb"] == "list")
+    );
 }
 
 /// The plan is only a plan: a Deployment paused while the bounce before it runs is re-checked on
@@ -298,14 +297,12 @@ async fn fresh_read_catches_a_pause_made_during_the_run() {
         pod_uids(&client, n, &format!("app={paused}")).await,
         paused_pods
     );
-    if let Some(mark) = mark {
-        let log = audit_since(mark);
-        let patched: Vec<_> = audited(&log, "patch", "deployments", n)
-            .iter()
-            .map(|e| e["objectRef"]["name"].clone())
-            .collect();
-        assert_eq!(patched, [json!(bounced)]);
-    }
+    let log = audit_since(mark);
+    let patched: Vec<_> = audited(&log, "patch", "deployments", n)
+        .iter()
+        .map(|e| e["objectRef"]["name"].clone())
+        .collect();
+    assert_eq!(patched, [json!(bounced)]);
 }
 
 /// A rollout that cannot progress (its surge pod can never be scheduled) fails the bounce on the
@@ -375,17 +372,15 @@ async fn a_stuck_rollout_fails_and_halts_the_queue() {
             .await
             .is_empty()
     );
-    if let Some(mark) = mark {
-        let log = audit_since(mark);
-        // The restart and, once it failed, the failure in its attempt mark; never retried.
-        let patched: Vec<_> = audited(&log, "patch", "deployments", n)
-            .iter()
-            .map(|e| e["objectRef"]["name"].clone())
-            .collect();
-        assert_eq!(
-            patched,
-            [json!("a-stuck"), json!("a-stuck")],
-            "a-stuck's restart and its failure's mark, never retried"
-        );
-    }
+    let log = audit_since(mark);
+    // The restart and, once it failed, the failure in its attempt mark; never retried.
+    let patched: Vec<_> = audited(&log, "patch", "deployments", n)
+        .iter()
+        .map(|e| e["objectRef"]["name"].clone())
+        .collect();
+    assert_eq!(
+        patched,
+        [json!("a-stuck"), json!("a-stuck")],
+        "a-stuck's restart and its failure's mark, never retried"
+    );
 }

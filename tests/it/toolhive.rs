@@ -280,19 +280,17 @@ async fn toolhive_v0_44_reverts_the_vmcp_bounce_and_bouncer_evicts() {
             p.metadata.name
         );
     }
-    if let Some(mark) = mark {
-        let evicted = evictions(mark, n);
-        assert_eq!(evicted.len(), 2, "{evicted:?}");
-        assert_ne!(evicted[0].0, evicted[1].0, "two different pods evicted");
-        assert_one_at_a_time(&evicted, &after);
-        let (ms, agent) =
-            rewrite_after_patch(mark, n, VMCP).expect("the operator rewrote the Deployment");
-        eprintln!(
-            "toolhive {TOOLHIVE_REVERTING}: field manager {manager}; reverted {ms} ms after the patch \
-             (user agent {agent}); bounce {}s: {}",
-            row["durationSeconds"], row["reason"]
-        );
-    }
+    let evicted = evictions(mark, n);
+    assert_eq!(evicted.len(), 2, "{evicted:?}");
+    assert_ne!(evicted[0].0, evicted[1].0, "two different pods evicted");
+    assert_one_at_a_time(&evicted, &after);
+    let (ms, agent) =
+        rewrite_after_patch(mark, n, VMCP).expect("the operator rewrote the Deployment");
+    eprintln!(
+        "toolhive {TOOLHIVE_REVERTING}: field manager {manager}; reverted {ms} ms after the patch \
+         (user agent {agent}); bounce {}s: {}",
+        row["durationSeconds"], row["reason"]
+    );
 }
 
 /// ToolHive v0.45.0 keeps `restartedAt`: the same bounce sticks and is verified, with one patch.
@@ -332,20 +330,18 @@ async fn toolhive_v0_45_keeps_the_vmcp_bounce() {
             .await
             .is_empty()
     );
-    if let Some(mark) = mark {
-        let log = audit_since(mark);
-        assert_eq!(
-            audited(&log, "patch", "deployments", n).len(),
-            1,
-            "exactly one patch"
-        );
-        assert!(evictions(mark, n).is_empty(), "nothing evicted");
-        eprintln!(
-            "toolhive {TOOLHIVE_FIXED}: bounce verified in {}s; operator write after the patch: {:?}",
-            row["durationSeconds"],
-            rewrite_after_patch(mark, n, VMCP)
-        );
-    }
+    let log = audit_since(mark);
+    assert_eq!(
+        audited(&log, "patch", "deployments", n).len(),
+        1,
+        "exactly one patch"
+    );
+    assert!(evictions(mark, n).is_empty(), "nothing evicted");
+    eprintln!(
+        "toolhive {TOOLHIVE_FIXED}: bounce verified in {}s; operator write after the patch: {:?}",
+        row["durationSeconds"],
+        rewrite_after_patch(mark, n, VMCP)
+    );
 }
 
 fn row_of<'a>(run: &'a Bounced, kind: &str, name: &str) -> &'a Value {
@@ -730,18 +726,16 @@ async fn toolhive_v0_45_restarts_an_mcp_server_through_its_resource() {
         bouncer_events(&client, n, "fetch", "Bounced").await.len(),
         1
     );
-    if let Some(mark) = mark {
-        let log = audit_since(mark);
-        assert_eq!(
-            audited(&log, "patch", "mcpservers", n).len(),
-            1,
-            "one request"
-        );
-        // The attempt mark on the Deployment's metadata, before the request and with the
-        // outcome after it; the pod template is the operator's alone (restartedAt above).
-        assert_eq!(audited(&log, "patch", "deployments", n).len(), 2);
-        assert!(evictions(mark, n).is_empty(), "nothing evicted");
-    }
+    let log = audit_since(mark);
+    assert_eq!(
+        audited(&log, "patch", "mcpservers", n).len(),
+        1,
+        "one request"
+    );
+    // The attempt mark on the Deployment's metadata, before the request and with the
+    // outcome after it; the pod template is the operator's alone (restartedAt above).
+    assert_eq!(audited(&log, "patch", "deployments", n).len(), 2);
+    assert!(evictions(mark, n).is_empty(), "nothing evicted");
     eprintln!(
         "toolhive {TOOLHIVE_FIXED}: restart through the MCPServer verified in {}s",
         row["durationSeconds"]
@@ -794,29 +788,27 @@ async fn toolhive_v0_44_undoes_its_own_restart_and_bouncer_evicts() {
         after.iter().all(|u| !before.contains(u)),
         "{before:?} -> {after:?}"
     );
-    if let Some(mark) = mark {
-        // The proxy's one pod is replaced once: evicted by bouncer or, when the Deployment's
-        // roll back to the reverted template already took it, deleted by that roll (bouncer
-        // then finds no old pod left to evict).
-        let evicted = evictions(mark, n);
-        let all = audit_all_since(mark);
-        let rolled: Vec<&str> = audited(&all, "delete", "pods", n)
-            .into_iter()
-            // The ReplicaSet controller's request, not KWOK's final delete of an evicted pod.
-            .filter(|e| {
-                e["userAgent"]
-                    .as_str()
-                    .is_some_and(|ua| ua.starts_with("kube-controller-manager/"))
-            })
-            .filter_map(|e| e["objectRef"]["name"].as_str())
-            .filter(|name| before_names.iter().any(|b| b == name))
-            .collect();
-        assert_eq!(
-            evicted.len() + rolled.len(),
-            1,
-            "evicted {evicted:?}, deleted by the roll back {rolled:?}"
-        );
-    }
+    // The proxy's one pod is replaced once: evicted by bouncer or, when the Deployment's
+    // roll back to the reverted template already took it, deleted by that roll (bouncer
+    // then finds no old pod left to evict).
+    let evicted = evictions(mark, n);
+    let all = audit_all_since(mark);
+    let rolled: Vec<&str> = audited(&all, "delete", "pods", n)
+        .into_iter()
+        // The ReplicaSet controller's request, not KWOK's final delete of an evicted pod.
+        .filter(|e| {
+            e["userAgent"]
+                .as_str()
+                .is_some_and(|ua| ua.starts_with("kube-controller-manager/"))
+        })
+        .filter_map(|e| e["objectRef"]["name"].as_str())
+        .filter(|name| before_names.iter().any(|b| b == name))
+        .collect();
+    assert_eq!(
+        evicted.len() + rolled.len(),
+        1,
+        "evicted {evicted:?}, deleted by the roll back {rolled:?}"
+    );
     eprintln!(
         "toolhive {TOOLHIVE_REVERTING}: restart through the MCPServer reverted by {manager}; {}s: {reason}",
         row["durationSeconds"]
@@ -913,7 +905,7 @@ async fn toolhive_v0_44_evictions_after_a_revert_respect_the_disruption_budget()
     };
     next_minute(Duration::from_secs(1)).await;
     let before = pod_uids(&client, n, VMCP_PODS).await;
-    let mark = audit_mark().expect("this test reads the budget's answers from the audit log");
+    let mark = audit_mark();
 
     let blocked = bouncer(&["run"], &with_timeout("60s"), n).await;
     assert_eq!(blocked.code, 1, "{}", report(&blocked));
@@ -938,7 +930,7 @@ async fn toolhive_v0_44_evictions_after_a_revert_respect_the_disruption_budget()
     // The budget allows one disruption now: the next fire's revert is followed by evictions.
     crate::harness::apply(&pdb(1));
     next_minute(Duration::from_secs(1)).await;
-    let mark = audit_mark().unwrap();
+    let mark = audit_mark();
     let run = bouncer(&["run"], &with_timeout("3m"), n).await;
     assert_eq!(run.code, 0, "{}", report(&run));
     assert_eq!(

@@ -109,14 +109,12 @@ async fn toolhive_a_forged_owner_reference_never_restarts_the_mcp_server() {
         "not rolled"
     );
     assert_eq!(pod_uids(&client, n, PROXY_PODS).await, proxy_pods);
-    if let Some(mark) = mark {
-        let log = audit_since(mark);
-        for resource in ["mcpservers", "deployments", "pods/eviction"] {
-            let writes: Vec<_> = ["patch", "update", "create"]
-                .iter()
-                .flat_map(|verb| audited(&log, verb, resource, n))
-                .collect();
-            assert!(writes.is_empty(), "{resource}: {writes:#?}");
-        }
+    let log = audit_since(mark);
+    for resource in ["mcpservers", "deployments", "pods/eviction"] {
+        let writes: Vec<_> = ["patch", "update", "create"]
+            .iter()
+            .flat_map(|verb| audited(&log, verb, resource, n))
+            .collect();
+        assert!(writes.is_empty(), "{resource}: {writes:#?}");
     }
 }
