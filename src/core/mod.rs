@@ -36,4 +36,6 @@ pub mod verify;
 #[cfg(test)]
 mod invariant_tests;
 #[cfg(test)]
+mod pin_rule_tests;
+#[cfg(test)]
 mod safety_tests;

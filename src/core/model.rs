@@ -183,7 +183,7 @@ pub struct Workload {
     pub restarted_at: Option<DateTime<Utc>>,
     /// Field managers other than bouncer that own that annotation (managedFields): whether a
     /// restart written there holds (`core::pin`). Boxed and None for most workloads.
-    pub restart_owners: Option<Box<crate::core::pin::RestartOwners>>,
+    pub restart_owners: Option<Box<RestartOwners>>,
     pub paused: bool,
     pub strategy: UpdateStrategy,
     /// The rolling update's `maxSurge` and `maxUnavailable` as the spec sets them; with
@@ -405,4 +405,20 @@ mod tests {
             Uid::from("0b6f1c2e-5d4a-4e8b-9c3d-7f2a1b0c9d8f")
         );
     }
+}
+
+/// A field manager other than bouncer that owns the pod template's restartedAt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestartOwner {
+    pub manager: String,
+    /// The owner applies (server-side apply): it writes its value back on its next apply.
+    pub apply: bool,
+}
+
+/// Who else owns the pod template's restartedAt.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RestartOwners {
+    pub owners: Vec<RestartOwner>,
+    /// `namespace/name` of the Kustomization that applies the workload, from Flux's labels.
+    pub kustomization: Option<String>,
 }
