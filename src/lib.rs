@@ -7,6 +7,7 @@ pub mod cli;
 pub mod cluster;
 pub mod core;
 pub mod execute;
+pub mod http_text;
 pub mod notify;
 pub mod progress;
 pub mod report;

@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 use crate::core::history::{self, History, Labels, Needs, Prometheus, Series};
+use crate::http_text::{chain, excerpt};
 
 const USER_AGENT: &str = concat!("bouncer/", env!("CARGO_PKG_VERSION"));
 
@@ -252,27 +253,6 @@ fn to_results(data: Data) -> Result<Vec<Labels>, String> {
         other => Err(format!(
             "a blocker must be an instant vector query, got a {other}"
         )),
-    }
-}
-
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        source = s.source();
-    }
-    parts.join(": ")
-}
-
-fn excerpt(body: &str) -> String {
-    let line = body.split_whitespace().collect::<Vec<_>>().join(" ");
-    match line.char_indices().nth(200) {
-        Some((cut, _)) => format!("{}...", &line[..cut]),
-        None => line,
     }
 }
 

@@ -176,6 +176,11 @@ mod tests {
         "2026-01-01T04:00:00Z".parse().unwrap()
     }
 
+    /// The check of a rollout at `now()`.
+    fn rolled(w: &Workload, written: &str, old: &BTreeSet<Uid>) -> Verdict {
+        check(w, Method::Rollout, written, old)
+    }
+
     /// The check at `now()`.
     fn check(w: &Workload, method: Method, written: &str, old: &BTreeSet<Uid>) -> Verdict {
         super::check(w, method, written, old, now())
@@ -188,14 +193,7 @@ mod tests {
         let written = "2026-01-01T03:00:00Z";
         let old: BTreeSet<Uid> = ["a".into()].into();
         let fresh = vec![pod("b", "2026-01-01T03:00:10Z", true)];
-        let at = |v: &str| {
-            check(
-                &workload(Some(v), fresh.clone()),
-                Method::Rollout,
-                written,
-                &old,
-            )
-        };
+        let at = |v: &str| rolled(&workload(Some(v), fresh.clone()), written, &old);
         let later = "2026-01-01T03:00:07Z";
         assert_eq!(
             at(later),
@@ -275,31 +273,16 @@ mod tests {
             pod("c", "2026-01-01T03:00:05Z", true),
         ];
         assert_eq!(
-            check(
-                &workload(Some(written), fresh.clone()),
-                Method::Rollout,
-                written,
-                &old
-            ),
+            rolled(&workload(Some(written), fresh.clone()), written, &old),
             Verdict::Verified { pods: 2 }
         );
         assert_eq!(
-            check(
-                &workload(None, fresh.clone()),
-                Method::Rollout,
-                written,
-                &old
-            ),
+            rolled(&workload(None, fresh.clone()), written, &old),
             Verdict::Reverted { found: None }
         );
         let other = "2026-01-01T02:00:00Z";
         assert_eq!(
-            check(
-                &workload(Some(other), fresh),
-                Method::Rollout,
-                written,
-                &old
-            ),
+            rolled(&workload(Some(other), fresh), written, &old),
             Verdict::Reverted {
                 found: Some(other.into())
             }
@@ -309,12 +292,7 @@ mod tests {
             pod("c", "2026-01-01T03:00:05Z", true),
         ];
         assert!(matches!(
-            check(
-                &workload(Some(written), mixed),
-                Method::Rollout,
-                written,
-                &old
-            ),
+            rolled(&workload(Some(written), mixed), written, &old),
             Verdict::Incomplete { .. }
         ));
         let unready = vec![
@@ -322,12 +300,7 @@ mod tests {
             pod("c", "2026-01-01T03:00:05Z", true),
         ];
         assert!(matches!(
-            check(
-                &workload(Some(written), unready),
-                Method::Rollout,
-                written,
-                &old
-            ),
+            rolled(&workload(Some(written), unready), written, &old),
             Verdict::Incomplete { .. }
         ));
     }
@@ -424,19 +397,13 @@ mod tests {
             pod("d", "2026-01-01T03:00:09Z", true),
         ];
         assert_eq!(
-            check(
-                &workload(Some(written), skewed.clone()),
-                Method::Rollout,
-                written,
-                &old
-            ),
+            rolled(&workload(Some(written), skewed.clone()), written, &old),
             Verdict::Verified { pods: 2 }
         );
         // An HPA scaled to 3 during the settle; its pod is not there yet.
         assert_eq!(
-            check(
+            rolled(
                 &scaled_to(3, workload(Some(written), skewed)),
-                Method::Rollout,
                 written,
                 &old
             ),
@@ -448,12 +415,7 @@ mod tests {
             pod("d", "2026-01-01T03:00:11Z", true),
         ];
         assert!(matches!(
-            check(
-                &workload(Some(written), ahead),
-                Method::Rollout,
-                written,
-                &old
-            ),
+            rolled(&workload(Some(written), ahead), written, &old),
             Verdict::Incomplete { .. }
         ));
     }

@@ -5,11 +5,9 @@
 use std::time::Duration;
 
 use super::{Delivery, DeliveryStatus, Target};
+use crate::http_text::{chain, excerpt};
 
 const USER_AGENT: &str = concat!("bouncer/", env!("CARGO_PKG_VERSION"));
-
-/// Longest part of a failed response's body kept in the report.
-const BODY_EXCERPT: usize = 200;
 
 pub struct Request {
     pub method: reqwest::Method,
@@ -32,29 +30,6 @@ impl Request {
 struct Failure {
     detail: String,
     retry: bool,
-}
-
-/// The error and its causes, e.g. `error sending request: client error (Connect): tcp connect
-/// error: Connection refused (os error 111)`.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        source = s.source();
-    }
-    parts.join(": ")
-}
-
-fn excerpt(body: &str) -> String {
-    let line = body.split_whitespace().collect::<Vec<_>>().join(" ");
-    match line.char_indices().nth(BODY_EXCERPT) {
-        Some((cut, _)) => format!("{}...", &line[..cut]),
-        None => line,
-    }
 }
 
 /// Sends requests, each attempt (connection and body included) ending within `timeout`.
@@ -186,15 +161,5 @@ mod tests {
             pauses,
             [500, 1000, 2000, 2000, 2000].map(Duration::from_millis)
         );
-    }
-
-    #[test]
-    fn a_response_body_is_cut_to_one_short_line() {
-        assert_eq!(excerpt("no_service\n"), "no_service");
-        assert_eq!(excerpt("a\n  b\tc"), "a b c");
-        let long = "x".repeat(500);
-        let cut = excerpt(&long);
-        assert_eq!(cut.len(), BODY_EXCERPT + 3);
-        assert!(cut.ends_with("..."));
     }
 }

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
+use super::check::Check;
 use super::raw::RawOverrides;
-use super::validate::Check;
 use super::{OverrideBounds, Threshold, bytes_value, duration_value, percent_value};
 use crate::core::quantity::format_bytes;
 

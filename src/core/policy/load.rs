@@ -9,7 +9,8 @@ use serde::Deserialize;
 use serde_yaml_ng::Value;
 
 use super::Policy;
-use super::validate::{Check, header_ok, validate};
+use super::check::Check;
+use super::validate::{header_ok, validate};
 
 /// One problem in one place. Displays as
 /// `policies/vmcp.yaml: document 2 (vmcp-leak): spec.triggers.schedule.cron: "0 25 * * *": hour 25 out of range 0-23`.

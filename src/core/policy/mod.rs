@@ -2,6 +2,7 @@
 //! and directories (`load`), and the JSON Schema of the file format (`schema`).
 
 mod bounds;
+mod check;
 mod load;
 mod raw;
 mod schema;

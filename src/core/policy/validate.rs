@@ -9,14 +9,14 @@ use chrono::{NaiveTime, Weekday};
 use chrono_tz::Tz;
 use serde_yaml_ng::Value;
 
+use super::check::Check;
 use super::raw::{
     RawBreaker, RawGrowth, RawMemory, RawPolicy, RawPredict, RawRestart, RawSchedule, RawSelector,
     RawTarget, RawWindow,
 };
 use super::{API_VERSION, KIND, Selector, Threshold, Window};
 use super::{
-    Breaker, MemoryTrigger, OnRevert, Operator, Policy, PolicyError, Requirement, Restart,
-    RestartMethod,
+    Breaker, MemoryTrigger, OnRevert, Operator, Policy, Requirement, Restart, RestartMethod,
 };
 use super::{Growth, HistoryTriggers, Predict};
 use super::{bytes_value, duration_value, percent_value};
@@ -33,60 +33,6 @@ const DEFAULT_PREDICT_WINDOW: Duration = Duration::from_secs(3600);
 /// query over days of pods would be slow for Prometheus and large for bouncer.
 const MIN_HISTORY_WINDOW: Duration = Duration::from_secs(60);
 const MAX_HISTORY_WINDOW: Duration = Duration::from_secs(7 * 86400);
-
-/// Where problems go while one document is validated.
-pub(super) struct Check<'a> {
-    file: &'a str,
-    document: usize,
-    policy: Option<String>,
-    errors: &'a mut Vec<PolicyError>,
-    failed: bool,
-}
-
-impl<'a> Check<'a> {
-    pub(super) fn new(
-        file: &'a str,
-        document: usize,
-        policy: Option<String>,
-        errors: &'a mut Vec<PolicyError>,
-    ) -> Self {
-        Check {
-            file,
-            document,
-            policy,
-            errors,
-            failed: false,
-        }
-    }
-
-    pub(super) fn error(
-        &mut self,
-        field: Option<String>,
-        value: Option<String>,
-        problem: impl Into<String>,
-    ) {
-        self.failed = true;
-        self.errors.push(PolicyError {
-            file: Some(self.file.to_owned()),
-            document: Some(self.document),
-            policy: self.policy.clone(),
-            line: None,
-            column: None,
-            field,
-            value,
-            problem: problem.into(),
-        });
-    }
-
-    /// A problem with a string value, quoted in the message.
-    fn bad(&mut self, field: impl Into<String>, value: &str, problem: impl Into<String>) {
-        self.error(Some(field.into()), Some(format!("{value:?}")), problem);
-    }
-
-    fn at(&mut self, field: impl Into<String>, problem: impl Into<String>) {
-        self.error(Some(field.into()), None, problem);
-    }
-}
 
 /// The validated policy, or None when any problem was recorded in `check`.
 pub(super) fn validate(raw: RawPolicy, check: &mut Check) -> Option<Policy> {
@@ -151,12 +97,12 @@ pub(super) fn validate(raw: RawPolicy, check: &mut Check) -> Option<Policy> {
     }
     let breaker = spec.breaker.map(|b| breaker(check, b));
 
-    if check.failed {
+    if check.failed() {
         return None;
     }
     Some(Policy {
         name: metadata.name,
-        source: format!("{} (document {})", check.file, check.document),
+        source: format!("{} (document {})", check.file(), check.document()),
         namespaces,
         selector: selector?,
         kinds,
