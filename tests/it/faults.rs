@@ -12,27 +12,12 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::harness::{
-    EVERY_MINUTE, Policies, apply, audit_mark, audit_since, audited, bouncer, bouncer_env, deploy,
-    finish, keep_patching, micro, next_minute, pod_uids, pods, policy, restarted_at_of,
-    spawn_bouncer, stuck_on_restart, time, wait_restarted_at, written_by,
+    EVERY_MINUTE, Policies, apply, audit_mark, bouncer, bouncer_env, deploy, finish, keep_patching,
+    micro, next_minute, patches_of, pod_uids, pods, policy, restarted_at_of, spawn_bouncer,
+    stuck_on_restart, time, wait_restarted_at, written_by,
 };
 
 const READY: Duration = Duration::from_secs(180);
-
-fn patches_by_name(mark: u64, ns: &str) -> Vec<String> {
-    let log = audit_since(mark);
-    let mut names: Vec<String> = audited(&log, "patch", "deployments", ns)
-        .iter()
-        .map(|e| {
-            e["objectRef"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string()
-        })
-        .collect();
-    names.sort();
-    names
-}
 
 async fn lease(client: &Client, ns: &str) -> Lease {
     Api::<Lease>::namespaced(client.clone(), ns)
@@ -126,7 +111,7 @@ async fn sigterm_interrupts_the_wait_and_the_next_run_respects_the_cooldown() {
         before.iter().all(|u| now.contains(u)),
         "old pods replaced: {before:?} -> {now:?}"
     );
-    assert_eq!(patches_by_name(mark, n), Vec::<String>::new());
+    assert_eq!(patches_of(mark, n), Vec::<String>::new());
 }
 
 /// Two runs started at the same moment: one takes the lock and bounces, the other sees the lock
@@ -181,7 +166,7 @@ async fn two_runs_at_once_patch_each_workload_once() {
         );
     }
     assert_eq!(
-        patches_by_name(mark, n),
+        patches_of(mark, n),
         ["c1", "c2"],
         "each workload patched exactly once"
     );
@@ -573,7 +558,7 @@ async fn api_server_restart_during_the_wait_is_survived() {
         Some(written)
     );
     assert!(written_by(&after.metadata, "bouncer").is_some());
-    assert_eq!(patches_by_name(mark, n), ["steady"], "patched exactly once");
+    assert_eq!(patches_of(mark, n), ["steady"], "patched exactly once");
 }
 
 /// Runs `scripts/cluster ARGS` (stop/start of one component), panicking on failure.

@@ -19,8 +19,8 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 
 use crate::harness::{
-    Bounced, Policies, audit_mark, audit_since, audited, bouncer, bouncer_events, deployment,
-    pod_uids, pods, policy, restarted_at_of, rollout_restart,
+    Bounced, Policies, audit_mark, bouncer, bouncer_events, deployment, patches_of, pod_uids, pods,
+    policy, restarted_at_of, rollout_restart,
 };
 use crate::revert::{assert_one_at_a_time, evictions};
 
@@ -61,19 +61,17 @@ async fn flux_with_web(
     let flux = Flux::start(client, ns, &files, interval)
         .await
         .unwrap_or_else(|e| panic!("Flux {FLUX_VERSION}: {e:#}"));
-    wait_rollout_complete(client, Kind::Deployment, ns, APP, READY)
-        .await
-        .unwrap_or_else(|e| panic!("{e:#}\n{}", flux.logs()));
-    web_ready(client, ns).await;
+    web_ready(client, ns, || flux.logs()).await;
     flux
 }
 
 /// `web` rolled out, its two pods Ready and their memory over the policies' threshold as
-/// metrics-server reports it (a new pod's first reading takes a scrape).
-pub(crate) async fn web_ready(client: &Client, ns: &str) {
+/// metrics-server reports it (a new pod's first reading takes a scrape). `context` (e.g. Flux's
+/// logs) goes with a rollout that never completes.
+pub(crate) async fn web_ready(client: &Client, ns: &str, context: impl Fn() -> String) {
     wait_rollout_complete(client, Kind::Deployment, ns, APP, READY)
         .await
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", context()));
     let ready = wait_pods_ready(client, ns, PODS, 2, READY).await.unwrap();
     for p in &ready {
         let name = p.metadata.name.as_deref().unwrap();
@@ -134,6 +132,16 @@ async fn replica_sets(client: &Client, ns: &str) -> usize {
 
 pub(crate) fn generation(d: &Deployment) -> i64 {
     d.metadata.generation.unwrap_or_default()
+}
+
+/// A row skipped as `code` (restartPinned, revertedSince) that names `owner` in `restartOwner`.
+pub(crate) fn assert_held_back(row: &serde_json::Value, code: &str, owner: &str) {
+    assert_eq!(
+        (row["decision"].as_str(), row["reasonCode"].as_str()),
+        (Some("skip"), Some(code)),
+        "{row:#}"
+    );
+    assert_eq!(row["restartOwner"], owner, "{row:#}");
 }
 
 /// `bouncer explain` of the Deployment: its `gitops` verdict, printed as the text form shows it.
@@ -242,7 +250,7 @@ async fn flux_keeps_bouncers_restart_through_reconciles() {
     )
     .await
     .unwrap_or_else(|e| panic!("{e:#}"));
-    web_ready(&client, n).await;
+    web_ready(&client, n, || flux.logs()).await;
     assert_eq!(
         restarted_at_of(&client, n, APP).await.as_deref(),
         Some(PINNED)
@@ -256,14 +264,13 @@ async fn flux_keeps_bouncers_restart_through_reconciles() {
         "flux {FLUX_VERSION}: reverted after the run, next run: {}",
         row["reason"]
     );
-    assert_eq!(
-        (row["decision"].as_str(), row["reasonCode"].as_str()),
-        (Some("skip"), Some("revertedSince")),
-        "{row:#}"
-    );
-    assert_eq!(row["restartOwner"], FLUX_MANAGER, "{row:#}");
+    assert_held_back(row, "revertedSince", FLUX_MANAGER);
     assert!(row["reason"].as_str().unwrap().contains(&ours), "{row:#}");
-    assert_eq!(deployment_patches(mark, n), 0, "not patched again");
+    assert_eq!(
+        patches_of(mark, n),
+        Vec::<String>::new(),
+        "not patched again"
+    );
     assert_eq!(generation(&deployment(&client, n, APP).await), reverted);
     let events = bouncer_events(&client, n, APP, "BounceReverted").await;
     assert_eq!(events.len(), 1, "one BounceReverted Event: {events:?}");
@@ -310,12 +317,6 @@ async fn flux_undoes_kubectl_rollout_restart() {
         "kustomize-controller took over kubectl's entries: {after:?}"
     );
     assert!(owners_of_restarted_at(&after).is_empty(), "{after:?}");
-}
-
-/// Patches of the Deployments in `ns` bouncer made since `mark` (the audit log), its own
-/// mark on the metadata included.
-fn deployment_patches(mark: u64, ns: &str) -> usize {
-    audited(&audit_since(mark), "patch", "deployments", ns).len()
 }
 
 /// Git pins restartedAt, and Flux reconciles at its usual pace (none during the run). bouncer
@@ -440,18 +441,13 @@ async fn a_restart_git_pins_is_skipped_until_git_lets_go() {
             "flux {FLUX_VERSION}: Git pins restartedAt, {command}: {}",
             row["reason"]
         );
-        assert_eq!(
-            (row["decision"].as_str(), row["reasonCode"].as_str()),
-            (Some("skip"), Some("restartPinned")),
-            "{command}: {row:#}"
-        );
-        assert_eq!(row["restartOwner"], FLUX_MANAGER, "{command}: {row:#}");
+        assert_held_back(row, "restartPinned", FLUX_MANAGER);
         assert!(
             row["reason"].as_str().unwrap().contains(&kustomization),
             "{command}: {row:#}"
         );
     }
-    assert_eq!(deployment_patches(mark, n), 0, "no write at all");
+    assert_eq!(patches_of(mark, n), Vec::<String>::new(), "no write at all");
     assert!(evictions(mark, n).is_empty(), "nothing evicted");
     assert_eq!(generation(&deployment(&client, n, APP).await), applied);
     assert_eq!(pod_uids(&client, n, PODS).await, uids);
@@ -473,7 +469,7 @@ async fn a_restart_git_pins_is_skipped_until_git_lets_go() {
     )
     .await
     .unwrap_or_else(|e| panic!("{e:#}"));
-    web_ready(&client, n).await;
+    web_ready(&client, n, || flux.logs()).await;
     let released = managers(&client, n).await;
     assert!(owners_of_restarted_at(&released).is_empty(), "{released:?}");
     let run = bouncer(&["run"], &policies, n).await;

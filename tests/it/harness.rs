@@ -388,6 +388,23 @@ pub fn audited<'a>(entries: &'a [Value], verb: &str, resource: &str, ns: &str) -
         .collect()
 }
 
+/// The Deployments in `ns` bouncer patched since `mark`, one name per patch, sorted (its mark on
+/// the metadata counts as a patch too).
+pub fn patches_of(mark: u64, ns: &str) -> Vec<String> {
+    let log = audit_since(mark);
+    let mut names: Vec<String> = audited(&log, "patch", "deployments", ns)
+        .iter()
+        .map(|e| {
+            e["objectRef"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 /// When the API server received an audited request.
 pub fn audit_time(entry: &Value) -> DateTime<Utc> {
     entry["requestReceivedTimestamp"]
@@ -399,9 +416,16 @@ pub fn audit_time(entry: &Value) -> DateTime<Utc> {
 /// `kubectl apply -f -` of a YAML (or JSON) document, for PodDisruptionBudgets and RBAC bundles
 /// written as text.
 pub fn apply(manifest: &str) {
+    kubectl_apply(&[], manifest);
+}
+
+/// `kubectl apply ARGS -f -` of `manifest` (e.g. `-n NS --server-side`).
+pub fn kubectl_apply(args: &[&str], manifest: &str) {
     use std::io::Write;
     let mut child = bouncer_testkit::kubectl()
-        .args(["apply", "-f", "-"])
+        .arg("apply")
+        .args(args)
+        .args(["-f", "-"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -416,7 +440,7 @@ pub fn apply(manifest: &str) {
     let out = child.wait_with_output().expect("kubectl runs");
     assert!(
         out.status.success(),
-        "kubectl apply failed: {}\n{manifest}",
+        "kubectl apply {args:?} failed: {}\n{manifest}",
         String::from_utf8_lossy(&out.stderr)
     );
 }

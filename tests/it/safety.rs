@@ -20,7 +20,7 @@ use serde_json::json;
 
 use crate::harness::{
     EVERY_MINUTE, Policies, apply, audit_mark, audit_since, audited, bouncer, bouncer_events,
-    deploy, finish, next_minute, patch_deployment, pod_uids, policy, restarted_at_of,
+    deploy, finish, next_minute, patch_deployment, patches_of, pod_uids, policy, restarted_at_of,
     spawn_bouncer, statefulset as get_statefulset, stuck_on_restart, wait_restarted_at,
 };
 
@@ -222,16 +222,12 @@ async fn every_gate_skips_and_touches_nothing() {
         pod_uids(&client, o, "app=elsewhere").await,
         elsewhere_before
     );
-    let log = audit_since(mark);
-    let patched: Vec<_> = audited(&log, "patch", "deployments", n)
-        .iter()
-        .map(|e| e["objectRef"]["name"].clone())
-        .collect();
     assert_eq!(
-        patched,
-        [json!("control")],
+        patches_of(mark, n),
+        ["control"],
         "bouncer patched only the control"
     );
+    let log = audit_since(mark);
     assert!(audited(&log, "patch", "statefulsets", n).is_empty());
     assert!(
         audited(&log, "create", "pods/eviction", n).is_empty(),
@@ -297,12 +293,7 @@ async fn fresh_read_catches_a_pause_made_during_the_run() {
         pod_uids(&client, n, &format!("app={paused}")).await,
         paused_pods
     );
-    let log = audit_since(mark);
-    let patched: Vec<_> = audited(&log, "patch", "deployments", n)
-        .iter()
-        .map(|e| e["objectRef"]["name"].clone())
-        .collect();
-    assert_eq!(patched, [json!(bounced)]);
+    assert_eq!(patches_of(mark, n), [bounced]);
 }
 
 /// A rollout that cannot progress (its surge pod can never be scheduled) fails the bounce on the
@@ -372,15 +363,10 @@ async fn a_stuck_rollout_fails_and_halts_the_queue() {
             .await
             .is_empty()
     );
-    let log = audit_since(mark);
     // The restart and, once it failed, the failure in its attempt mark; never retried.
-    let patched: Vec<_> = audited(&log, "patch", "deployments", n)
-        .iter()
-        .map(|e| e["objectRef"]["name"].clone())
-        .collect();
     assert_eq!(
-        patched,
-        [json!("a-stuck"), json!("a-stuck")],
+        patches_of(mark, n),
+        ["a-stuck", "a-stuck"],
         "a-stuck's restart and its failure's mark, never retried"
     );
 }
