@@ -221,7 +221,10 @@ impl Flux {
         let kustomization = json!({
             "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
             "metadata": {"name": NAME, "namespace": self.ns, "labels": labels},
-            "spec": {"interval": interval, "path": "./", "prune": true, "targetNamespace": self.ns,
+            // retryInterval: a failed reconcile (one was seen to lose its own build directory
+            // under a loaded machine) is tried again in seconds, not at the next `interval`.
+            "spec": {"interval": interval, "retryInterval": "5s", "path": "./", "prune": true,
+                     "targetNamespace": self.ns,
                      "sourceRef": {"kind": "GitRepository", "name": NAME}},
         });
         let params = PatchParams::apply("bouncer-testkit").force();
