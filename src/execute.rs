@@ -21,7 +21,7 @@ use crate::core::action::{Action, Context, EventKind, Fresh, Observation, Stage}
 use crate::core::history::{self, Needs};
 use crate::core::literals::{REASON_BOUNCED, REASON_FAILED, REASON_REVERTED, REASON_SUPERSEDED};
 use crate::core::mark::{AttemptMark, BareMarks, bare_key};
-use crate::core::model::{Kind, Workload, WorkloadRef};
+use crate::core::model::{Kind, Uid, Workload, WorkloadRef};
 use crate::core::outcome::{Failure, FailureCode, Outcome};
 use crate::core::plan::Plan;
 use crate::core::policy::Policy;
@@ -136,6 +136,10 @@ pub struct Kube<'a> {
     pub bare_marks: BareMarks,
     pub prometheus: Option<&'a prometheus::Settings>,
     pub clock: fn() -> DateTime<Utc>,
+    /// `BOUNCER_TEST_HALT_AT`: the step (`Action::step`) at which the run stops doing anything
+    /// (after a write, before a wait) and hangs, holding its Lease, so a fault test can SIGKILL
+    /// it exactly there. Never set in production.
+    pub halt_at: Option<String>,
 }
 
 /// The executor for a plan: its queue machine over the `Kube` edge.
@@ -154,24 +158,52 @@ pub async fn execute(
 
 impl Cluster for Kube<'_> {
     async fn carry_out(&mut self, action: &Action) -> Observation {
+        let halt = action
+            .step()
+            .filter(|s| self.halt_at.as_deref() == Some(*s));
+        let waits = matches!(action, Action::Wait(_) | Action::Sleep { .. });
+        if let Some(step) = halt.filter(|_| waits) {
+            halted(step).await;
+        }
+        let seen = self.carry(action).await;
+        if let Some(step) = halt {
+            halted(step).await;
+        }
+        seen
+    }
+}
+
+async fn halted(step: &str) {
+    eprintln!("bouncer: halted at {step} (BOUNCER_TEST_HALT_AT)");
+    std::future::pending::<()>().await;
+}
+
+impl Kube<'_> {
+    async fn carry(&mut self, action: &Action) -> Observation {
         match action {
             Action::Read {
                 target,
                 context,
                 block_when,
             } => Observation::Read(self.read(target, *context, block_when.as_deref()).await),
-            Action::Patch { target, at, mark } => Observation::Patched(
-                restart::patch_restarted_at(&self.client, target, *at, mark)
+            Action::Patch {
+                target,
+                uid,
+                at,
+                mark,
+            } => Observation::Patched(
+                restart::patch_restarted_at(&self.client, target, uid.as_ref(), *at, mark)
                     .await
                     .map(|p| (p.value, p.resource_version))
                     .map_err(|e| e.to_string()),
             ),
             Action::Mark {
                 target,
+                uid,
                 attempt,
                 history,
             } => {
-                let marked = self.mark(target, attempt, history).await;
+                let marked = self.mark(target, uid.as_ref(), attempt, history).await;
                 if let Err(e) = &marked {
                     tracing::warn!(workload = %target, "{e}");
                 }
@@ -324,11 +356,12 @@ impl Kube<'_> {
     async fn mark(
         &mut self,
         target: &WorkloadRef,
+        uid: Option<&Uid>,
         attempt: &crate::core::mark::Attempt,
         history: &crate::core::mark::AttemptHistory,
     ) -> Result<Option<String>, String> {
         if target.kind != Kind::Pod {
-            return restart::patch_mark(&self.client, target, history)
+            return restart::patch_mark(&self.client, target, uid, history)
                 .await
                 .map(|(_, version)| Some(version))
                 .map_err(|e| format!("could not record the attempt mark: {e}"));

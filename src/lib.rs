@@ -196,6 +196,7 @@ async fn explain(settings: &Settings, words: &[String]) -> ExitStatus {
     };
     let limits = plan::Limits {
         max_bounces: settings.max_bounces,
+        rollout_timeout: settings.rollout_timeout,
     };
     let plan = plan::plan_with(&policies, &inventory, &prometheus, now, &limits);
     let Some(mut explanation) =
@@ -382,6 +383,7 @@ async fn run_locked(
         now,
         &plan::Limits {
             max_bounces: settings.max_bounces,
+            rollout_timeout: settings.rollout_timeout,
         },
     );
     // The pods and workloads are not needed past the plan: the executor reads afresh.
@@ -393,6 +395,7 @@ async fn run_locked(
             bare_marks: bare_marks.unwrap_or_default(),
             prometheus: settings.prometheus.as_ref(),
             clock,
+            halt_at: std::env::var("BOUNCER_TEST_HALT_AT").ok(),
         };
         let budget = (settings.rollout_timeout, settings.verify_settle);
         let outcomes = execute::execute(&plan, policies, &mut edge, budget, &stop).await;

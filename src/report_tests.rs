@@ -41,6 +41,7 @@ fn fixture() -> (Plan, Vec<Outcome>) {
         }),
         group: None,
         seen_restarted_at: None,
+        seen_uid: None,
         timeout: None,
         on_revert: OnRevert::Fail,
         allow_downtime: true,

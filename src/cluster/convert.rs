@@ -19,7 +19,7 @@ use crate::core::literals::{
 use crate::core::mark::AttemptMark;
 use crate::core::model::{
     ContainerSample, IntOrPercent, Kind, McpServerRef, Pdb, PodSample, RollingParams,
-    RolloutStatus, StsRollingUpdate, ToolhiveRestart, UpdateStrategy, Workload, WorkloadRef,
+    RolloutStatus, StsRollingUpdate, ToolhiveRestart, Uid, UpdateStrategy, Workload, WorkloadRef,
 };
 use crate::core::pin::{RestartOwner as PinOwner, RestartOwners};
 use crate::core::quantity::parse_bytes;
@@ -131,20 +131,26 @@ fn base(
         Kind::StatefulSet | Kind::DaemonSet => meta.uid.iter().cloned().collect(),
         Kind::Deployment | Kind::Pod => Vec::new(),
     };
+    let uid = meta.uid.clone().map(Uid::from);
     Workload {
         target: WorkloadRef {
             kind,
             namespace: meta.namespace.unwrap_or_default(),
             name: meta.name.unwrap_or_default(),
         },
+        // A controller's mark lives on the object itself, so one older than the object was
+        // copied onto it with the old one's manifest (deleted and recreated under its name).
+        attempt: AttemptMark::from_annotations(
+            meta.annotations.as_ref().unwrap_or(&BTreeMap::new()),
+        )
+        .written_since(meta.creation_timestamp.as_ref().map(time)),
+        uid,
         template_labels: Arc::new(template.metadata.and_then(|m| m.labels).unwrap_or_default()),
         pod_selector: self::selector(selector).to_string(),
         pod_owners,
-        attempt: AttemptMark::from_annotations(
-            meta.annotations.as_ref().unwrap_or(&BTreeMap::new()),
-        ),
         annotations: own(meta.annotations),
         restarted_at,
+        template_spec: template.spec.map(|d| d.0),
         restart_owners,
         paused: false,
         strategy: UpdateStrategy::RollingUpdate,
@@ -338,6 +344,7 @@ pub fn bare(mut p: wire::Pod, shared: &mut Shared) -> Workload {
             namespace,
             name: sample.name.clone(),
         },
+        uid: Some(sample.uid.clone()),
         template_labels: Arc::clone(&sample.labels),
         pod_selector: String::new(),
         pod_owners: Vec::new(),
@@ -347,6 +354,7 @@ pub fn bare(mut p: wire::Pod, shared: &mut Shared) -> Workload {
         // A bare pod's mark lives on the Lease (it must survive the pod); see Inventory.
         attempt: AttemptMark::None,
         restarted_at: None,
+        template_spec: None,
         restart_owners: None,
         paused: false,
         strategy: UpdateStrategy::RollingUpdate,
@@ -431,6 +439,40 @@ mod kubectl_rule_tests {
             "status": status,
         });
         convert::controller(Kind::StatefulSet, serde_json::from_value(json).unwrap())
+    }
+
+    /// The pod template's spec is known by its digest: a restart (template metadata) keeps it,
+    /// a new image or a new resource limit changes it, and the same text read twice gives the
+    /// same digest (it is compared across reads of one run).
+    #[test]
+    fn a_template_spec_digest_changes_with_the_spec_and_not_with_a_restart() {
+        let text = |restarted: &str, image: &str, limit: u32| {
+            format!(
+                r#"{{"metadata": {{"name": "web", "namespace": "a", "uid": "u"}},
+                "spec": {{"replicas": 1, "selector": {{}}, "template": {{
+                    "metadata": {{"annotations": {{"kubectl.kubernetes.io/restartedAt": "{restarted}"}}}},
+                    "spec": {{"containers": [{{"name": "app", "image": "{image}", "args": [1, -2, 0.5, true, null],
+                        "resources": {{"limits": {{"memory": "{limit}Mi"}}}}}}]}}}}}}}}"#
+            )
+        };
+        let digest = |t: String| {
+            let c: crate::cluster::wire::Controller = serde_json::from_str(&t).unwrap();
+            convert::controller(Kind::Deployment, c).template_spec
+        };
+        let first = digest(text("2026-01-01T03:00:00Z", "app:1", 64));
+        assert!(first.is_some());
+        assert_eq!(first, digest(text("2026-01-01T03:00:00Z", "app:1", 64)));
+        assert_eq!(first, digest(text("2026-02-01T03:00:00Z", "app:1", 64)));
+        assert_ne!(first, digest(text("2026-01-01T03:00:00Z", "app:2", 64)));
+        assert_ne!(first, digest(text("2026-01-01T03:00:00Z", "app:1", 128)));
+        // Values do not run together: "ab" + "c" is not "a" + "bc".
+        let pair = |a: &str, b: &str| {
+            let t = format!(
+                r#"{{"spec": {{"selector": {{}}, "template": {{"spec": ["{a}", "{b}"]}}}}}}"#
+            );
+            digest(t)
+        };
+        assert_ne!(pair("ab", "c"), pair("a", "bc"));
     }
 
     /// Hole 1: the StatefulSet's own maxUnavailable reaches the core as written (a count or a

@@ -10,7 +10,7 @@ use super::kinds;
 use super::retry::with_retries;
 use crate::core::literals::{ATTEMPT_ANNOTATION, RESTARTED_AT, rfc3339};
 use crate::core::mark::AttemptHistory;
-use crate::core::model::{Workload, WorkloadRef};
+use crate::core::model::{Uid, Workload, WorkloadRef};
 
 /// What a restart patch wrote and what the server returned.
 pub struct Patched {
@@ -28,12 +28,13 @@ pub struct Patched {
 pub async fn patch_restarted_at(
     client: &Client,
     target: &WorkloadRef,
+    uid: Option<&Uid>,
     at: DateTime<Utc>,
     mark: &AttemptHistory,
 ) -> Result<Patched, ClusterError> {
     let value = rfc3339(at);
     let body = json!({
-        "metadata": {"annotations": {ATTEMPT_ANNOTATION: mark.encode()}},
+        "metadata": metadata(uid, mark),
         "spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: value}}}},
     });
     let (workload, resource_version) = patch(client, target, &body).await?;
@@ -50,10 +51,22 @@ pub async fn patch_restarted_at(
 pub async fn patch_mark(
     client: &Client,
     target: &WorkloadRef,
+    uid: Option<&Uid>,
     mark: &AttemptHistory,
 ) -> Result<(Workload, String), ClusterError> {
-    let body = json!({"metadata": {"annotations": {ATTEMPT_ANNOTATION: mark.encode()}}});
+    let body = json!({"metadata": metadata(uid, mark)});
     patch(client, target, &body).await
+}
+
+/// The mark, and the UID the write is for: a patch naming `metadata.uid` is refused by the
+/// API server when the object under that name has another (a UID cannot change), so a
+/// workload deleted and recreated since the fresh read is never restarted or marked.
+fn metadata(uid: Option<&Uid>, mark: &AttemptHistory) -> serde_json::Value {
+    let mut meta = json!({"annotations": {ATTEMPT_ANNOTATION: mark.encode()}});
+    if let Some(uid) = uid {
+        meta["uid"] = json!(uid.to_string());
+    }
+    meta
 }
 
 /// One strategic-merge patch of a controller as bouncer's field manager, with retries.

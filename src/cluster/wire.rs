@@ -4,13 +4,15 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::hash::Hasher;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::de::DeserializeOwned;
-use serde::de::{IgnoredAny, SeqAccess, Visitor};
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
+use siphasher::sip::SipHasher13;
 
 /// `null` reads as the default, like a missing field (Go encodes nil slices as null).
 fn nullable<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(d: D) -> Result<T, D::Error> {
@@ -94,6 +96,7 @@ pub struct ObjectMeta {
     pub name: Option<String>,
     pub namespace: Option<String>,
     pub uid: Option<String>,
+    pub creation_timestamp: Option<Time>,
     pub generation: Option<i64>,
     pub labels: Option<BTreeMap<String, String>>,
     pub annotations: Option<BTreeMap<String, String>>,
@@ -209,10 +212,96 @@ pub struct OwnerReference {
     pub controller: Option<bool>,
 }
 
-/// Metadata of a pod template: its labels and annotations.
+/// Metadata of a pod template: its labels and annotations; of its spec only a digest.
 #[derive(Debug, Default, Clone, Deserialize)]
 pub struct PodTemplateSpec {
     pub metadata: Option<ObjectMeta>,
+    pub spec: Option<SpecDigest>,
+}
+
+/// A digest of a JSON value, computed while it is read past (nothing of it is kept): what
+/// tells a pod template's spec (its images, commands, resources) from another one. Restarts
+/// write only the template's metadata, so a restart leaves it as it was and a new image
+/// changes it. SipHash-1-3 with fixed keys: the same value gives the same digest in every run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpecDigest(pub u64);
+
+impl<'de> Deserialize<'de> for SpecDigest {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut h = SipHasher13::new();
+        Hashing(&mut h).deserialize(d)?;
+        Ok(SpecDigest(h.finish()))
+    }
+}
+
+/// Feeds every token of a value into the hasher, each tagged with its type (and strings with
+/// their length), so different values do not run together into the same input.
+struct Hashing<'h>(&'h mut SipHasher13);
+
+impl<'de> DeserializeSeed<'de> for Hashing<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Hashing<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<(), E> {
+        self.0.write(&[b'b', u8::from(v)]);
+        Ok(())
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<(), E> {
+        self.0.write_u8(b'i');
+        self.0.write_i64(v);
+        Ok(())
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<(), E> {
+        self.0.write_u8(b'u');
+        self.0.write_u64(v);
+        Ok(())
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<(), E> {
+        self.0.write_u8(b'f');
+        self.0.write_u64(v.to_bits());
+        Ok(())
+    }
+    fn visit_str<E>(self, v: &str) -> Result<(), E> {
+        self.0.write_u8(b's');
+        self.0.write_usize(v.len());
+        self.0.write(v.as_bytes());
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        self.0.write_u8(b'n');
+        Ok(())
+    }
+    fn visit_none<E>(self) -> Result<(), E> {
+        self.0.write_u8(b'n');
+        Ok(())
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let h = self.0;
+        h.write_u8(b'[');
+        while seq.next_element_seed(Hashing(&mut *h))?.is_some() {}
+        h.write_u8(b']');
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let h = self.0;
+        h.write_u8(b'{');
+        while map.next_key_seed(Hashing(&mut *h))?.is_some() {
+            map.next_value_seed(Hashing(&mut *h))?;
+        }
+        h.write_u8(b'}');
+        Ok(())
+    }
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use crate::core::history::Prometheus;
 use crate::core::mark::{Attempt, AttemptHistory};
-use crate::core::model::{McpServerRef, Pdb, Workload, WorkloadRef};
+use crate::core::model::{McpServerRef, Pdb, Uid, Workload, WorkloadRef};
 use crate::core::outcome::{Failure, Outcome};
 use crate::core::toolhive::McpServerState;
 use crate::core::verify::Reverters;
@@ -80,15 +80,20 @@ pub enum Action {
         block_when: Option<String>,
     },
     /// The restartedAt patch (with the attempt mark on the workload's metadata, in one write).
+    /// `uid`: the object the fresh read judged; the server refuses the write if the name now
+    /// holds another (deleted and recreated since).
     Patch {
         target: WorkloadRef,
+        uid: Option<Uid>,
         at: DateTime<Utc>,
         mark: AttemptHistory,
     },
     /// The attempt mark alone: a controller's metadata holds `history` (its past attempts with
-    /// this one recorded); a bare pod's Lease entry records `attempt`. Rolls nothing.
+    /// this one recorded); a bare pod's Lease entry records `attempt`. Rolls nothing. A
+    /// controller's is conditional on `uid`, as the patch is.
     Mark {
         target: WorkloadRef,
+        uid: Option<Uid>,
         attempt: Attempt,
         history: AttemptHistory,
     },
@@ -139,6 +144,22 @@ impl Action {
             self,
             Action::Wait(_) | Action::Sleep { .. } | Action::Evict { .. }
         )
+    }
+
+    /// The step of a bounce this action is, by the name the fault tests stop a run at
+    /// (`BOUNCER_TEST_HALT_AT`); None for reads and Events, which change nothing.
+    pub fn step(&self) -> Option<&'static str> {
+        Some(match self {
+            Action::Patch { .. } => "patch",
+            Action::Mark { .. } => "mark",
+            Action::Evict { .. } => "evict",
+            Action::RequestOperatorRestart { .. } => "request",
+            Action::Wait(Stage::Rollout { .. }) => "rollout-wait",
+            Action::Wait(Stage::OperatorActed { .. }) => "operator-wait",
+            Action::Wait(Stage::Replaced { .. }) => "replacement-wait",
+            Action::Sleep { .. } => "settle",
+            _ => return None,
+        })
     }
 }
 

@@ -27,6 +27,8 @@ struct Restart {
     at: DateTime<Utc>,
     /// The pods from before, by UID.
     old: BTreeSet<Uid>,
+    /// The digest of the pod template's spec it was written on.
+    template: Option<u64>,
 }
 
 /// Where a bounce stands; each variant waits for the observation of the action it asked for.
@@ -128,6 +130,8 @@ pub struct Machine<'a> {
     restart: Option<Restart>,
     /// The workload as read right before acting.
     fresh: Option<Workload>,
+    /// Its UID then: every write of this bounce is conditional on it.
+    uid: Option<Uid>,
     deadline: Option<DateTime<Utc>>,
     /// Where the wait for the operator starts: the mark's resourceVersion.
     from: Option<String>,
@@ -148,6 +152,7 @@ impl<'a> Machine<'a> {
             seen_mark: AttemptMark::None,
             restart: None,
             fresh: None,
+            uid: None,
             deadline: None,
             from: None,
             queued: VecDeque::new(),
@@ -415,7 +420,7 @@ impl<'a> Machine<'a> {
         }
         let w = fresh.workload;
         self.outcome.method = method;
-        let attempt = Attempt::new(now, &self.bounce.policy, method);
+        let attempt = Attempt::new(now, &self.bounce.policy, method).on_template(w.template_spec);
         self.attempt = Some(attempt.clone());
         self.outcome.attempt = Some(attempt.clone());
         self.restart = Some(Restart {
@@ -423,11 +428,13 @@ impl<'a> Machine<'a> {
             written: None,
             at: now,
             old: w.pods.iter().map(|p| p.uid.clone()).collect(),
+            template: w.template_spec,
         });
         let server = w.toolhive.server.clone();
         self.seen_mark = w.attempt.clone();
         self.owners = w.pod_owners.clone();
         self.selector = w.pod_selector.clone();
+        self.uid = w.uid.clone();
         self.fresh = Some(w);
         match method {
             Method::Rollout => {
@@ -435,6 +442,7 @@ impl<'a> Machine<'a> {
                 self.phase = Phase::Patching;
                 Action::Patch {
                     target: self.bounce.target.clone(),
+                    uid: self.uid.clone(),
                     at: now,
                     mark: self.seen_mark.recorded(&attempt),
                 }
@@ -507,6 +515,7 @@ impl<'a> Machine<'a> {
             self.outcome.attempt = Some(marked.clone());
             self.queued.push_back(Action::Mark {
                 target: self.bounce.target.clone(),
+                uid: self.uid.clone(),
                 history: self.seen_mark.recorded(&marked),
                 attempt: marked,
             });
@@ -555,6 +564,7 @@ impl<'a> Machine<'a> {
         let attempt = self.attempt.clone().expect("set before acting");
         Action::Mark {
             target: self.bounce.target.clone(),
+            uid: self.uid.clone(),
             history: self.seen_mark.recorded(&attempt),
             attempt,
         }

@@ -26,7 +26,15 @@ impl Machine<'_> {
         };
         let restart = self.restart.as_ref().expect("restarted before verifying");
         let written = restart.written.as_deref().unwrap_or_default();
-        match verify::check(&after, restart.method, written, &restart.old, now) {
+        let verdict = verify::check(
+            &after,
+            restart.method,
+            written,
+            &restart.old,
+            restart.template,
+            now,
+        );
+        match verdict {
             Verdict::Verified { pods } => {
                 self.outcome.verification = Some(format!(
                     "{} intact, {pods}/{pods} pods new and ready",
@@ -51,6 +59,15 @@ impl Machine<'_> {
                      under it; nothing more is done to the workload",
                     annotation_label(restart.method)
                 ));
+                self.finish(Status::Superseded { found }, now)
+            }
+            Verdict::NewTemplate => {
+                self.outcome.verification = Some(format!(
+                    "the pod template changed after bouncer's restart ({written}): a new version \
+                     was rolled out over it, and its rollout replaced the pods; nothing more is \
+                     done to the workload"
+                ));
+                let found = "a new pod template".to_string();
                 self.finish(Status::Superseded { found }, now)
             }
             Verdict::Reverted { found } => {

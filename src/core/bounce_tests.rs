@@ -41,6 +41,7 @@ pub(crate) fn bounce_of(w: &Workload, p: &Policy) -> Bounce {
         memory: None,
         group: None,
         seen_restarted_at: w.restarted_at,
+        seen_uid: w.uid.clone(),
         timeout: None,
         on_revert: p.restart.on_revert,
         allow_downtime: p.allow_downtime,
@@ -284,8 +285,11 @@ fn a_settle_longer_than_the_rollout_sleeps_before_verifying() {
 #[test]
 fn a_gate_failing_on_the_fresh_read_skips_with_no_write() {
     let p = policy("p", "web");
-    let w = web(2);
+    let mut w = web(2);
+    w.uid = Some("0b6f1c2e-5d4a-4e8b-9c3d-7f2a1b0c9d8e".into());
     let b = bounce_of(&w, &p);
+    let mut recreated = w.clone();
+    recreated.uid = Some("5f0c2a9e-1b7d-4c3e-8a6f-2d9e4b1c7a30".into());
     let mut paused = w.clone();
     paused.paused = true;
     let mut excluded = fresh(&w);
@@ -301,6 +305,13 @@ fn a_gate_failing_on_the_fresh_read_skips_with_no_write() {
         (Ok(fresh(&paused)), SkipReason::Paused),
         (Ok(excluded), SkipReason::NamespaceExcluded),
         (Ok(fresh(&restarted)), SkipReason::RestartedMeanwhile),
+        (
+            Ok(fresh(&recreated)),
+            SkipReason::Replaced {
+                was: "0b6f1c2e-5d4a-4e8b-9c3d-7f2a1b0c9d8e".into(),
+                now: "5f0c2a9e-1b7d-4c3e-8a6f-2d9e4b1c7a30".into(),
+            },
+        ),
         (
             Err("gone".into()),
             SkipReason::ReadFailed {
@@ -432,6 +443,58 @@ fn failures_after_the_restart_are_marked_and_told() {
             ["mark", "event-failed"]
         );
         assert_eq!(final_mark(&actions), Some(AttemptOutcome::Failed));
+    }
+}
+
+/// Every write of a bounce (the restart patch, the marks of a failure, of an eviction bounce)
+/// is conditional on the UID of the object the fresh read judged.
+#[test]
+fn every_write_is_for_the_object_the_fresh_read_judged() {
+    let p = policy("p", "web");
+    let mut w = web(2);
+    w.uid = Some("0b6f1c2e-5d4a-4e8b-9c3d-7f2a1b0c9d8e".into());
+    let timed_out = Failure::new(FailureCode::RolloutTimedOut, "did not complete");
+    let mut evict = bounce_of(&w, &p);
+    evict.method = Method::Evict;
+    let mut evict_policy = p.clone();
+    evict_policy.restart.method = RestartMethod::Evict;
+    let runs = [
+        run(
+            &bounce_of(&w, &p),
+            &p,
+            Script {
+                reads: [Ok(fresh(&w)), Ok(fresh(&rolled(&w, WRITTEN)))].into(),
+                ..Script::default()
+            },
+        ),
+        run(
+            &bounce_of(&w, &p),
+            &p,
+            Script {
+                reads: [Ok(fresh(&w))].into(),
+                rollouts: [Err(timed_out)].into(),
+                ..Script::default()
+            },
+        ),
+        run(
+            &evict,
+            &evict_policy,
+            Script {
+                reads: [Ok(fresh(&w))].into(),
+                ..Script::default()
+            },
+        ),
+    ];
+    for (actions, out) in &runs {
+        let uids: Vec<_> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Patch { uid, .. } | Action::Mark { uid, .. } => Some(uid.clone()),
+                _ => None,
+            })
+            .collect();
+        assert!(!uids.is_empty(), "{:?}: {:?}", out.status, kinds(actions));
+        assert!(uids.iter().all(|u| *u == w.uid), "{uids:?}");
     }
 }
 

@@ -22,8 +22,22 @@ pub const MAX_BACKOFF_DOUBLINGS: u32 = 4;
 /// a person, and the breaker is what tells one.
 pub fn gates(policy: &Policy, w: &Workload, now: DateTime<Utc>) -> Result<(), SkipReason> {
     let history = w.attempt.history();
+    if new_version(&history, w.template_spec) {
+        return Ok(());
+    }
     breaker(policy.breaker.as_ref(), &history, now)?;
     backoff(policy.cooldown, &history, now)
+}
+
+/// The pod template's spec is no longer the one the latest attempt was made on: a new version
+/// (a fixed leak, say) was rolled out since, and its bounces start a history of their own, as
+/// every attempt before the latest is older still. Unknown on either side: the same version.
+pub fn new_version(history: &AttemptHistory, template: Option<u64>) -> bool {
+    history
+        .latest()
+        .and_then(|a| a.template)
+        .zip(template)
+        .is_some_and(|(was, is)| was != is)
 }
 
 /// Failed or reverted attempts in a row, counting back from the latest, and the latest's time.

@@ -183,3 +183,40 @@ fn the_planner_backs_off_and_breaks_most_urgent_workloads() {
     assert_eq!(reason_of(&plan, "db").code(), "notDue");
     assert!(plan_events(&plan.skips).is_empty());
 }
+
+/// Fault 5: a new version (another pod template spec than the latest attempt was made on, a
+/// fixed leak say) starts the backoff and the breaker over: the planner bounces it. The same
+/// version, or one unknown on either side (a mark from before the digest was kept), stays held.
+#[test]
+fn a_new_version_starts_the_backoff_and_the_breaker_over() {
+    use crate::core::plan::tests::{OLD, deployment, inventory, names, over, pod, policy, run};
+    let mut p = over(policy("m", "x"), 100);
+    p.cooldown = Duration::from_secs(3600);
+    p.breaker = Some(Breaker {
+        max_bounces: 3,
+        per: Duration::from_secs(86400),
+    });
+    // Three failures tonight, the last 70 minutes ago (NOW is 03:30): past the cooldown, but
+    // backing off (8 cooldowns) and at the breaker's limit.
+    let hot = |name: &str, attempts_on: Option<u64>, now_on: Option<u64>| {
+        let mut w = deployment("shop", name, "x", vec![pod(name, "x", OLD, Some(900))]);
+        let h = ["00:40", "01:00", "02:20"]
+            .iter()
+            .fold(AttemptHistory::default(), |h, hm| {
+                let at = format!("2026-03-10T{hm}:00Z").parse().unwrap();
+                let a = Attempt::new(at, "m", Method::Rollout).on_template(attempts_on);
+                h.record(&a.with_outcome(AttemptOutcome::Failed))
+            });
+        w.attempt = crate::core::mark::AttemptMark::Seen(Box::new(h));
+        w.template_spec = now_on;
+        w
+    };
+    let inv = inventory(vec![
+        hot("a-new-image", Some(1), Some(2)),
+        hot("b-same-image", Some(1), Some(1)),
+        hot("c-old-mark", None, Some(2)),
+        hot("d-unknown-now", Some(1), None),
+    ]);
+    let plan = run(&[p], &inv);
+    assert_eq!(names(&plan), ["a-new-image"]);
+}

@@ -55,7 +55,7 @@ fn dry_run_rows_take_no_place_of_the_global_cap() {
         deployment("a", "v2", "y", vec![pod("q2", "y", OLD, Some(150))]),
     ]);
     let policies = [dry(over(policy("a-trial", "x"), 100)), armed];
-    let p = plan(&policies, &inv, t(NOW), &Limits { max_bounces: 2 });
+    let p = plan(&policies, &inv, t(NOW), &Limits::max_bounces(2));
     // The dry-run workloads are more urgent, yet both armed bounces go ahead.
     assert_eq!(names(&p), ["v1", "v2"]);
     assert_eq!(dry_names(&p), ["w1", "w2"]);

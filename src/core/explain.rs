@@ -445,7 +445,7 @@ mod tests {
             &policies,
             &inv,
             t("2026-03-10T03:30:00Z"),
-            &Limits { max_bounces: 10 },
+            &Limits::max_bounces(10),
         );
         let target = parse_target("deploy/a/api").unwrap();
         let off = Prometheus::off("not configured");

@@ -122,7 +122,7 @@ fn groups_are_per_namespace_and_value_and_counted_once_for_the_global_cap() {
         &[grouped()],
         &inv,
         t(super::tests::NOW),
-        &Limits { max_bounces: 1 },
+        &Limits::max_bounces(1),
     );
     let bounced: Vec<_> = plan.bounces.iter().map(|b| b.target.to_string()).collect();
     assert_eq!(bounced, ["statefulset/a/fetch", "deployment/a/fetch"]);
@@ -227,6 +227,7 @@ fn a_half_restarted_group_is_finished_on_the_next_run() {
         policy: "mcp".into(),
         method: Method::Rollout,
         outcome: AttemptOutcome::Started,
+        template: None,
     })));
     let proxy = member(Kind::Deployment, "mcp", "fetch", "fetch", 100);
     let mut p = grouped();
@@ -252,6 +253,7 @@ fn a_half_restarted_group_is_finished_on_the_next_run() {
         policy: "mcp".into(),
         method: Method::Rollout,
         outcome: AttemptOutcome::Started,
+        template: None,
     })));
     same_second.pods[0].started = Some(bounced);
     let plan = run(&[p.clone()], &inventory(vec![same_second, proxy.clone()]));

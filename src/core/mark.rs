@@ -37,7 +37,13 @@ impl Attempt {
             policy: policy.to_string(),
             method,
             outcome: AttemptOutcome::Started,
+            template: None,
         }
+    }
+
+    /// The attempt, made on the pod template whose spec has this digest.
+    pub fn on_template(self, template: Option<u64>) -> Attempt {
+        Attempt { template, ..self }
     }
 
     pub fn with_outcome(&self, outcome: AttemptOutcome) -> Attempt {
@@ -71,6 +77,9 @@ struct Wire {
     policy: String,
     method: Method,
     outcome: AttemptOutcome,
+    /// Hex, as written by `to_json`.
+    #[serde(default)]
+    template: Option<String>,
     #[serde(default)]
     earlier: Vec<(DateTime<Utc>, AttemptOutcome)>,
 }
@@ -146,6 +155,9 @@ impl AttemptHistory {
             "method": a.method,
             "outcome": a.outcome,
         });
+        if let Some(t) = a.template {
+            v["template"] = format!("{t:016x}").into();
+        }
         if !self.earlier.is_empty() {
             v["earlier"] = self
                 .earlier
@@ -170,12 +182,19 @@ impl Serialize for AttemptHistory {
 impl<'de> Deserialize<'de> for AttemptHistory {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let w = Wire::deserialize(d)?;
+        let template = match w.template.as_deref() {
+            None => None,
+            Some(hex) => Some(u64::from_str_radix(hex, 16).map_err(|_| {
+                serde::de::Error::custom(format!("template: {hex:?} is not a hex digest"))
+            })?),
+        };
         Ok(AttemptHistory {
             latest: Some(Attempt {
                 time: w.time,
                 policy: w.policy,
                 method: w.method,
                 outcome: w.outcome,
+                template,
             }),
             earlier: w
                 .earlier
@@ -197,6 +216,23 @@ impl AttemptMark {
                 Ok(h) => AttemptMark::Seen(Box::new(h)),
                 Err(e) => AttemptMark::Unreadable(format!("{text:?}: {e}")),
             },
+        }
+    }
+
+    /// The mark of an object `created` at that time: a latest attempt from before then (and
+    /// more than a minute of clock skew before) was written on an earlier object of the same
+    /// name, and came with its manifest; the new object has no history, so that mark neither
+    /// holds it back nor makes it due. Only for marks kept on the object itself: a bare pod's
+    /// mark is on the Lease precisely to outlive the pod.
+    pub fn written_since(self, created: Option<DateTime<Utc>>) -> AttemptMark {
+        let skew = chrono::TimeDelta::minutes(1);
+        match (&self, created) {
+            (AttemptMark::Seen(_), Some(created))
+                if self.time().is_some_and(|t| t + skew < created) =>
+            {
+                AttemptMark::None
+            }
+            _ => self,
         }
     }
 
@@ -298,7 +334,16 @@ mod tests {
             AttemptMark::from_annotations(&annotations(&text)),
             AttemptMark::Seen(Box::new(h))
         );
+        // The template's digest round-trips as hex; one that is not hex is unreadable.
+        let on = AttemptHistory::of(&a.clone().on_template(Some(0xfeed)));
+        assert!(
+            on.encode().contains(r#""template":"000000000000feed""#),
+            "{}",
+            on.encode()
+        );
+        assert_eq!(AttemptHistory::decode(&on.encode()), Ok(on));
         for bad in [
+            r#"{"method":"evict","outcome":"failed","policy":"p","time":"2026-01-01T03:00:00Z","template":"xyz"}"#,
             "yesterday",
             r#"{"method":"evict","outcome":"failed","policy":"p","time":"2026-01-01T03:00:00Z","erlier":[]}"#,
             r#"{"method":"evict","outcome":"failed","policy":"p","time":"2026-01-01T03:00:00Z","earlier":[["soon","failed"]]}"#,
@@ -314,6 +359,35 @@ mod tests {
         assert_eq!(
             AttemptMark::from_annotations(&BTreeMap::new()),
             AttemptMark::None
+        );
+    }
+
+    /// Deleted and recreated with the old manifest: a mark from before the object existed is
+    /// not its history; one written since (or within the clock skew) is, and an unreadable one
+    /// still fails closed.
+    #[test]
+    fn a_mark_older_than_its_object_came_with_a_copied_manifest() {
+        let seen = AttemptMark::Seen(Box::new(AttemptHistory::of(&attempt())));
+        let bounced = at("2026-01-01T03:00:00.250Z");
+        for (created, kept) in [
+            (None, true),
+            (Some(at("2025-12-01T00:00:00Z")), true),
+            (Some(bounced), true),
+            (Some(bounced + chrono::TimeDelta::seconds(59)), true),
+            (Some(bounced + chrono::TimeDelta::seconds(61)), false),
+            (Some(at("2026-02-01T00:00:00Z")), false),
+        ] {
+            let want = if kept {
+                seen.clone()
+            } else {
+                AttemptMark::None
+            };
+            assert_eq!(seen.clone().written_since(created), want, "{created:?}");
+        }
+        let bad = AttemptMark::Unreadable("x".into());
+        assert_eq!(
+            bad.clone().written_since(Some(at("2027-01-01T00:00:00Z"))),
+            bad
         );
     }
 

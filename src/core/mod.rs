@@ -11,6 +11,7 @@ pub mod gates;
 pub mod gitops;
 pub mod group;
 pub mod history;
+pub mod in_flight;
 pub mod literals;
 pub mod mark;
 pub mod memory;

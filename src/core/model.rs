@@ -161,6 +161,10 @@ impl StsRollingUpdate {
 #[derive(Debug, Clone)]
 pub struct Workload {
     pub target: WorkloadRef,
+    /// The object's own `metadata.uid`. A workload deleted and recreated under its name is
+    /// another one: the fresh read before acting must find the UID the plan judged, every
+    /// write is conditional on it, and a mark written on the old object is not the new one's.
+    pub uid: Option<Uid>,
     /// Labels every pod of the workload gets (the pod template's; a bare pod's own).
     /// Shared with the workloads (and, for a bare pod, the pod) whose template labels are the
     /// same, as most are once only the labels the policies read are kept.
@@ -181,6 +185,9 @@ pub struct Workload {
     pub attempt: AttemptMark,
     /// kubectl.kubernetes.io/restartedAt from the pod template, if any and parseable.
     pub restarted_at: Option<DateTime<Utc>>,
+    /// A digest of the pod template's spec (never of its metadata, where restarts write): a
+    /// different one after bouncer's restart means someone rolled out a new version meanwhile.
+    pub template_spec: Option<u64>,
     /// Field managers other than bouncer that own that annotation (managedFields): whether a
     /// restart written there holds (`core::pin`). Boxed and None for most workloads.
     pub restart_owners: Option<Box<RestartOwners>>,
@@ -347,6 +354,10 @@ pub struct Attempt {
     pub policy: String,
     pub method: Method,
     pub outcome: AttemptOutcome,
+    /// The digest of the pod template's spec it was made on: a later attempt on another one
+    /// is on a new version, for which the backoff and the breaker start over. None for bare
+    /// pods and in marks written before it was kept.
+    pub template: Option<u64>,
 }
 
 /// An attempt older than the latest, as the mark keeps it: what the backoff and the circuit

@@ -11,11 +11,12 @@ pub use crate::core::gates::{
 };
 use crate::core::group::{self, Group};
 use crate::core::history::Prometheus;
+use crate::core::in_flight::in_flight;
 use crate::core::literals::whole_seconds;
 use crate::core::mark::{AttemptMark, AttemptOutcome};
 use crate::core::memory::{self, Evaluation, MemoryReading, MemoryState};
 pub use crate::core::model::Method;
-use crate::core::model::{Inventory, Kind, Workload, WorkloadRef};
+use crate::core::model::{Inventory, Kind, Uid, Workload, WorkloadRef};
 use crate::core::overrides;
 use crate::core::policy::{OnRevert, Policy};
 use crate::core::reasons::{NotDue, SkipReason, Trigger};
@@ -38,6 +39,9 @@ pub struct Bounce {
     /// The restartedAt annotation the plan saw; a different one before acting means someone
     /// else restarted the workload meanwhile.
     pub seen_restarted_at: Option<DateTime<Utc>>,
+    /// The object the plan judged; another UID before acting means it was deleted and
+    /// recreated under its name meanwhile.
+    pub seen_uid: Option<Uid>,
     pub timeout: Option<Duration>,
     pub on_revert: OnRevert,
     pub allow_downtime: bool,
@@ -73,6 +77,19 @@ pub struct Plan {
 pub struct Limits {
     /// Global cap on bounces per run (`--max-bounces`).
     pub max_bounces: usize,
+    /// A bounce's timeout where its policy sets none (`--rollout-timeout`): how long a bounce an
+    /// earlier run left in flight holds the queue back.
+    pub rollout_timeout: Duration,
+}
+
+impl Limits {
+    /// `--max-bounces` with the default `--rollout-timeout` (10m).
+    pub fn max_bounces(max_bounces: usize) -> Limits {
+        Limits {
+            max_bounces,
+            rollout_timeout: Duration::from_secs(600),
+        }
+    }
 }
 
 struct Candidate {
@@ -195,7 +212,17 @@ pub fn plan_with(
         .into_iter()
         .partition(|u| dry.contains(&u.members[0].policy));
     let mut chosen = BTreeMap::new();
-    let bounces = cap(units, &policies, limits, &mut chosen, &mut skips);
+    let mut bounces = cap(units, &policies, limits, &mut chosen, &mut skips);
+    // A rollout an earlier run started and never saw through is still going: starting another
+    // beside it would put two workloads' pods in flight at once.
+    if let Some(f) = in_flight(inventory, &policies, limits.rollout_timeout, now) {
+        let reason = SkipReason::InFlight {
+            target: f.target,
+            since: f.since,
+            until: f.until,
+        };
+        skips.extend(bounces.drain(..).map(|b| skip_of(b, reason.clone())));
+    }
     let dry_run = cap(dry_units, &policies, limits, &mut chosen, &mut skips);
     skips.sort_by(|a, b| (&a.target, &a.policy).cmp(&(&b.target, &b.policy)));
     Plan {
@@ -295,6 +322,7 @@ fn candidate(
             memory: reading,
             group: group::of(policy, w),
             seen_restarted_at: w.restarted_at,
+            seen_uid: w.uid.clone(),
             timeout: policy.restart.timeout,
             on_revert: policy.restart.on_revert,
             allow_downtime: policy.allow_downtime,

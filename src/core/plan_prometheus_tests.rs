@@ -25,7 +25,10 @@ fn prom(history: Result<History, String>) -> Prometheus {
     }
 }
 
-const LIMITS: Limits = Limits { max_bounces: 10 };
+const LIMITS: Limits = Limits {
+    max_bounces: 10,
+    rollout_timeout: std::time::Duration::from_secs(600),
+};
 const BLOCK: &str = "  blockWhen: {prometheus: 'ALERTS{alertstate=\"firing\"}'}\n";
 
 #[test]

@@ -96,12 +96,14 @@ pub(crate) fn deployment(ns: &str, name: &str, app: &str, pods: Vec<PodSample>) 
             namespace: ns.into(),
             name: name.into(),
         },
+        uid: None,
         template_labels: labels(&[("app", app)]).into(),
         pod_selector: format!("app={app}"),
         pod_owners: Vec::new(),
         annotations: BTreeMap::new(),
         attempt: Default::default(),
         restarted_at: None,
+        template_spec: None,
         restart_owners: None,
         paused: false,
         strategy: UpdateStrategy::RollingUpdate,
@@ -136,7 +138,7 @@ pub(crate) const NOW: &str = "2026-03-10T03:30:00Z";
 pub(crate) const OLD: &str = "2026-03-09T10:00:00Z";
 
 pub(crate) fn run(policies: &[Policy], inv: &Inventory) -> Plan {
-    plan(policies, inv, t(NOW), &Limits { max_bounces: 10 })
+    plan(policies, inv, t(NOW), &Limits::max_bounces(10))
 }
 
 pub(crate) fn names(p: &Plan) -> Vec<String> {
@@ -459,7 +461,7 @@ fn caps_and_one_bounce_per_workload_across_policies() {
     let mut capped = over(policy("a-capped", "x"), 100);
     capped.max_per_run = Some(2);
     let other = over(policy("b-other", "x"), 100);
-    let p = plan(&[capped, other], &inv, t(NOW), &Limits { max_bounces: 3 });
+    let p = plan(&[capped, other], &inv, t(NOW), &Limits::max_bounces(3));
     // Most urgent first: w5 has the highest usage.
     assert_eq!(names(&p), vec!["w5", "w4", "w3"]);
     assert_eq!(
@@ -622,4 +624,59 @@ fn case1_attempt_mark_is_honoured_by_cooldown_and_schedule() {
     );
     let bad = run(&[p], &inventory(vec![served("yesterday")]));
     assert_eq!(reason_of(&bad, "db").code(), "badAttemptMark");
+}
+
+/// Fault 1: a run killed after its restart patch left `a` rolling (its mark `started`, its new
+/// pods not yet available). The next run starts no bounce beside it: `b`, due, is skipped
+/// `bounceInFlight` naming `a`. Once `a` has rolled out, or its bounce's timeout has passed, `b`
+/// is bounced again. A rollout nobody marked holds nothing back.
+#[test]
+fn a_bounce_an_earlier_run_left_in_flight_holds_every_other_bounce() {
+    use crate::core::mark::{Attempt, AttemptHistory, AttemptMark};
+    let p = over(policy("mem", "web"), 100);
+    let b = deployment("shop", "b", "web", vec![pod("b-1", "web", OLD, Some(900))]);
+    let a = |started: &str, available: i32, marked: bool| {
+        let mut a = deployment("shop", "a", "web", vec![pod("a-1", "web", OLD, Some(900))]);
+        if marked {
+            let attempt = Attempt::new(t(started), "mem", Method::Rollout);
+            a.attempt = AttemptMark::Seen(Box::new(AttemptHistory::of(&attempt)));
+        }
+        a.status.available = available;
+        a
+    };
+    let cases = [
+        // (a's mark, a's available replicas, marked, b bounced)
+        ("2026-03-10T03:28:00Z", 0, true, false),
+        ("2026-03-10T03:28:00Z", 1, true, true),
+        // Its timeout (10m, the default) has passed: a failed rollout is not waited on forever.
+        ("2026-03-10T03:15:00Z", 0, true, true),
+        ("2026-03-10T03:28:00Z", 0, false, true),
+    ];
+    for (started, available, marked, bounced) in cases {
+        let plan = run(
+            std::slice::from_ref(&p),
+            &inventory(vec![a(started, available, marked), b.clone()]),
+        );
+        let case = (started, available, marked);
+        assert_eq!(
+            names(&plan).contains(&"b".to_string()),
+            bounced,
+            "{case:?}: {plan:#?}"
+        );
+        if !bounced {
+            assert_eq!(
+                reason_of(&plan, "b"),
+                &SkipReason::InFlight {
+                    target: a(started, available, marked).target,
+                    since: t(started),
+                    until: t("2026-03-10T03:38:00Z"),
+                },
+                "{case:?}"
+            );
+            assert_eq!(
+                reason_of(&plan, "b").to_string(),
+                "the bounce of deployment/shop/a that an earlier run started at 2026-03-10T03:28:00Z has not finished rolling: no other bounce starts beside it (until it completes, or its timeout passes at 2026-03-10T03:38:00Z)"
+            );
+        }
+    }
 }

@@ -274,6 +274,19 @@ pub enum SkipReason {
     },
     /// The restartedAt annotation changed between the plan and the fresh read.
     RestartedMeanwhile,
+    /// A bounce an earlier run started (and did not see through: killed, preempted) is still
+    /// rolling `target`, within its timeout: no other bounce starts beside it.
+    InFlight {
+        target: WorkloadRef,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    },
+    /// Deleted and recreated under its name between the plan and the fresh read (UID `was`,
+    /// now `now`): the new object is not the one the plan judged; the next run judges it.
+    Replaced {
+        was: String,
+        now: String,
+    },
     /// The workload disappeared, or a safety read failed: fail closed.
     ReadFailed {
         error: String,
@@ -392,6 +405,8 @@ impl SkipReason {
             SkipReason::Claimed { .. } => "claimed",
             SkipReason::BadAttemptMark { .. } => "badAttemptMark",
             SkipReason::RestartedMeanwhile => "restartedMeanwhile",
+            SkipReason::Replaced { .. } => "replaced",
+            SkipReason::InFlight { .. } => "bounceInFlight",
             SkipReason::ReadFailed { .. } => "readFailed",
             SkipReason::InvalidOverride { .. } => "invalidOverride",
             SkipReason::GroupHeld { .. } => "groupHeld",
@@ -538,6 +553,20 @@ impl fmt::Display for SkipReason {
                 crate::core::literals::ATTEMPT_ANNOTATION
             ),
             SkipReason::RestartedMeanwhile => write!(f, "restarted by someone else since the plan"),
+            SkipReason::InFlight {
+                target,
+                since,
+                until,
+            } => write!(
+                f,
+                "the bounce of {target} that an earlier run started at {} has not finished rolling: no other bounce starts beside it (until it completes, or its timeout passes at {})",
+                rfc3339(*since),
+                rfc3339(*until)
+            ),
+            SkipReason::Replaced { was, now } => write!(
+                f,
+                "deleted and recreated since the plan (UID {was}, now {now}): the next run judges the new one"
+            ),
             SkipReason::ReadFailed { error } => {
                 write!(f, "could not re-read before acting: {error}")
             }

@@ -46,6 +46,16 @@ pub fn before_acting(
     };
     let w = &fresh.workload;
     admits(policy, w, &context.excluded_namespaces)?;
+    if w.uid != b.seen_uid {
+        return Err(SkipReason::Replaced {
+            was: b
+                .seen_uid
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
+            now: w.uid.as_ref().map(ToString::to_string).unwrap_or_default(),
+        });
+    }
     if w.restarted_at != b.seen_restarted_at {
         return Err(SkipReason::RestartedMeanwhile);
     }

@@ -29,6 +29,9 @@ pub enum Verdict {
     /// Someone restarted the workload after bouncer did (`kubectl rollout restart`, another
     /// tool): the annotation holds a later time, not one in the future.
     Superseded { found: String },
+    /// Annotation intact, but the pod template's spec is not the one restarted: a new version
+    /// (an image, a command) was rolled out over bouncer's restart.
+    NewTemplate,
     /// Annotation intact, but `old` pods are from before the bounce, or some are not ready.
     Incomplete { old: usize, detail: String },
 }
@@ -37,11 +40,13 @@ pub enum Verdict {
 /// did not exist before the patch (and a StatefulSet's pod is at the update revision), never by
 /// comparing its node's clock (startTime) with bouncer's. The desired count is not compared: an
 /// autoscaler may change it during the settle, and kubectl's completion rule already counted.
+/// `template`: the digest of the pod template's spec the restart was written on.
 pub fn check(
     w: &Workload,
     method: Method,
     written: &str,
     old_uids: &BTreeSet<Uid>,
+    template: Option<u64>,
     now: DateTime<Utc>,
 ) -> Verdict {
     let found = restart_annotation(method, w);
@@ -50,6 +55,12 @@ pub fn check(
             Some(found) if supersedes(&found, written, now) => Verdict::Superseded { found },
             found => Verdict::Reverted { found },
         };
+    }
+    if template
+        .zip(w.template_spec)
+        .is_some_and(|(was, is)| was != is)
+    {
+        return Verdict::NewTemplate;
     }
     let update_revision = match w.target.kind {
         Kind::StatefulSet => w.status.update_revision.as_deref(),
@@ -183,7 +194,7 @@ mod tests {
 
     /// The check at `now()`.
     fn check(w: &Workload, method: Method, written: &str, old: &BTreeSet<Uid>) -> Verdict {
-        super::check(w, method, written, old, now())
+        super::check(w, method, written, old, None, now())
     }
 
     /// A later restart (kubectl rollout restart while bouncer waited) supersedes bouncer's; an
@@ -223,6 +234,30 @@ mod tests {
         assert!(!supersedes(later, "not a time", now()));
     }
 
+    /// A new version rolled out over the restart (the spec's digest changed, restartedAt still
+    /// bouncer's): superseded by it. The same spec, or one not known on either side, verifies.
+    #[test]
+    fn a_new_pod_template_over_the_restart_supersedes_it() {
+        let written = "2026-01-01T03:00:00Z";
+        let old: BTreeSet<Uid> = ["a".into()].into();
+        let mut w = workload(Some(written), vec![pod("b", "2026-01-01T03:00:10Z", true)]);
+        w.status.desired = 1;
+        let at = |w: &Workload, template| {
+            super::check(w, Method::Rollout, written, &old, template, now())
+        };
+        w.template_spec = Some(7);
+        assert_eq!(at(&w, Some(6)), Verdict::NewTemplate);
+        assert_eq!(at(&w, Some(7)), Verdict::Verified { pods: 1 });
+        assert_eq!(at(&w, None), Verdict::Verified { pods: 1 });
+        w.template_spec = None;
+        assert_eq!(at(&w, Some(6)), Verdict::Verified { pods: 1 });
+        // A revert is still a revert, whatever else changed.
+        let mut reverted = w.clone();
+        reverted.restarted_at = None;
+        reverted.template_spec = Some(7);
+        assert_eq!(at(&reverted, Some(6)), Verdict::Reverted { found: None });
+    }
+
     fn pod(uid: &str, started: &str, ready: bool) -> PodSample {
         PodSample {
             name: format!("p-{uid}"),
@@ -244,12 +279,14 @@ mod tests {
                 namespace: "ns".into(),
                 name: "web".into(),
             },
+            uid: None,
             template_labels: Default::default(),
             pod_selector: Default::default(),
             pod_owners: Vec::new(),
             annotations: Default::default(),
             attempt: Default::default(),
             restarted_at: annotation.map(|a| a.parse().unwrap()),
+            template_spec: None,
             restart_owners: None,
             paused: false,
             strategy: UpdateStrategy::RollingUpdate,

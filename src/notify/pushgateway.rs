@@ -23,12 +23,13 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 pub const JOB: &str = "bouncer";
 
 /// Every skip reason code a row can carry (`reasonCode`); the unit tests keep it complete.
-pub const SKIP_REASONS: [&str; 34] = [
+pub const SKIP_REASONS: [&str; 36] = [
     "backingOff",
     "badAttemptMark",
     "barePodNoRollout",
     "blocked",
     "blockerFailed",
+    "bounceInFlight",
     "breakerOpen",
     "claimed",
     "cooldown",
@@ -51,6 +52,7 @@ pub const SKIP_REASONS: [&str; 34] = [
     "pendingTemplate",
     "policyCap",
     "readFailed",
+    "replaced",
     "restartPinned",
     "restartStrategy",
     "restartedMeanwhile",

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 use super::*;
 use crate::core::model::{Kind, WorkloadRef};
 use crate::core::reasons::{NotDue, SkipReason};
@@ -186,6 +188,19 @@ fn every_skip_reason() -> Vec<SkipReason> {
             error: String::new(),
         },
         SkipReason::RestartedMeanwhile,
+        SkipReason::Replaced {
+            was: String::new(),
+            now: String::new(),
+        },
+        SkipReason::InFlight {
+            target: WorkloadRef {
+                kind: Kind::Deployment,
+                namespace: String::new(),
+                name: String::new(),
+            },
+            since: DateTime::<Utc>::MIN_UTC,
+            until: DateTime::<Utc>::MIN_UTC,
+        },
         SkipReason::ReadFailed {
             error: String::new(),
         },
@@ -252,6 +267,8 @@ fn every_skip_reason() -> Vec<SkipReason> {
             | SkipReason::Claimed { .. }
             | SkipReason::BadAttemptMark { .. }
             | SkipReason::RestartedMeanwhile
+            | SkipReason::Replaced { .. }
+            | SkipReason::InFlight { .. }
             | SkipReason::ReadFailed { .. }
             | SkipReason::InvalidOverride { .. }
             | SkipReason::GroupHeld { .. }

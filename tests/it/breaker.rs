@@ -329,3 +329,71 @@ async fn a_bare_pod_whose_lease_mark_shows_a_failure_backs_off() {
     let kept: serde_json::Value = serde_json::from_str(text).expect("JSON");
     assert_eq!(kept, marks, "nothing was recorded");
 }
+
+/// The one pod of `app`, Ready (the old ones gone) and reported by metrics-server.
+async fn settled(client: &Client, ns: &str, app: &str) {
+    let pod = wait_pods_ready(client, ns, &format!("app={app}"), 1, READY)
+        .await
+        .expect("one ready pod")
+        .remove(0);
+    let pod = pod.metadata.name.unwrap_or_default();
+    wait_pod_memory(client, ns, &pod, READY, |m| m.is_some())
+        .await
+        .expect("metrics-server reports the pod")
+        .expect("metrics present");
+}
+
+/// Fault 5: `breaker: {maxBounces: 1, per: 1h}` opens after a real bounce (its mark records the
+/// pod template's spec digest), and holds the next run back; a new image (`kubectl set image`,
+/// a fixed leak) starts the breaker over, so the run after it bounces the new version.
+#[tokio::test]
+async fn a_new_image_resets_the_breaker() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "new-version").await;
+    let n = ns.name();
+    leaky(&client, n, &[("web", "300Mi")]).await;
+    let policies = Policies::new(&[(
+        "memory.yaml",
+        &policy(
+            "mem",
+            n,
+            "{tier: leaky}",
+            "  triggers:\n    memory: {above: 256Mi}\n  cooldown: 1s\n  breaker: {maxBounces: 1, per: 1h}\n",
+        ),
+    )]);
+    let first = bouncer(&["run"], &policies, n).await;
+    assert_eq!(first.code, 0, "{}\n{:#}", first.stderr, first.report);
+    assert_eq!(first.bounced(), ["web"], "{:#}", first.report);
+    let d = get_deployment(&client, n, "web").await;
+    let text = d.metadata.annotations.as_ref().and_then(|a| a.get(MARK));
+    assert!(
+        text.is_some_and(|t| t.contains("\"template\":\"")),
+        "the mark keeps the template's digest: {text:?}"
+    );
+    settled(&client, n, "web").await;
+    let held = bouncer(&["run"], &policies, n).await;
+    assert_eq!(held.code, 0, "{}\n{:#}", held.stderr, held.report);
+    assert_eq!(
+        held.row("web")["reasonCode"],
+        "breakerOpen",
+        "{:#}",
+        held.report
+    );
+
+    let out = bouncer_testkit::kubectl()
+        .args(["-n", n, "set", "image", "deployment/web", "app=app:v2"])
+        .output()
+        .expect("run kubectl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_rollout_complete(&client, Kind::Deployment, n, "web", READY)
+        .await
+        .expect("the new version rolled out");
+    settled(&client, n, "web").await;
+    let fresh = bouncer(&["run"], &policies, n).await;
+    assert_eq!(fresh.code, 0, "{}\n{:#}", fresh.stderr, fresh.report);
+    assert_eq!(fresh.bounced(), ["web"], "{:#}", fresh.report);
+}

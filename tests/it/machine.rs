@@ -317,3 +317,176 @@ async fn a_restart_that_overtakes_bouncer_s_is_superseded_and_the_queue_goes_on(
         .expect("the attempt mark");
     assert!(mark.contains("\"outcome\":\"superseded\""), "{mark}");
 }
+
+/// Identity: the second workload is deleted and recreated under its name (a new UID) while the
+/// first one rolls. Its fresh read finds another object than the plan judged: skipped as
+/// `replaced`, and the new object is neither restarted nor marked.
+#[tokio::test]
+async fn a_workload_recreated_during_the_run_is_skipped_and_never_written() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "recreated").await;
+    let n = ns.name();
+    // Created first, so its pods are the oldest: the queue bounces it first.
+    deploy(
+        &client,
+        n,
+        slow("a-first", 2, &[("app", "a-first"), ("again", "yes")]),
+    )
+    .await;
+    let next = deployment("b-next", 1, &[("app", "b-next"), ("again", "yes")]);
+    deploy(&client, n, next.clone()).await;
+    let planned = deployment_of(&client, n, "b-next").await.metadata.uid;
+    let policies = Policies::new(&[(
+        "p.yaml",
+        &policy("again", n, "{again: \"yes\"}", EVERY_MINUTE),
+    )]);
+    next_minute(Duration::from_secs(1)).await;
+    let running = spawn_bouncer(&["run"], &policies, n, &[("BOUNCER_VERIFY_SETTLE", "5s")]);
+    wait_restarted_at(&client, n, "a-first", READY).await;
+    let api: Api<Deployment> = Api::namespaced(client.clone(), n);
+    api.delete("b-next", &Default::default()).await.unwrap();
+    let recreated = loop {
+        match bouncer_testkit::create(&client, n, &next).await {
+            Ok(d) => break d.metadata.uid,
+            // Still there for a moment after the delete.
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    assert_ne!(recreated, planned);
+    let run = finish(running).await;
+    assert_eq!(
+        run.code, 0,
+        "stderr: {}\nreport: {:#}",
+        run.stderr, run.report
+    );
+    assert_eq!(
+        run.row("a-first")["decision"],
+        "bounced",
+        "{:#}",
+        run.report
+    );
+    let row = run.row("b-next");
+    assert_eq!(
+        (row["decision"].as_str(), row["reasonCode"].as_str()),
+        (Some("skipped"), Some("replaced")),
+        "{row:#}"
+    );
+    let after = deployment_of(&client, n, "b-next").await;
+    assert_eq!(after.metadata.uid, recreated);
+    assert_eq!(restarted_at_of(&client, n, "b-next").await, None);
+    assert!(
+        !after
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(ATTEMPT_MARK),
+        "the new b-next was marked"
+    );
+}
+
+/// Identity between runs: a Deployment recreated from a manifest that still carries the old
+/// object's attempt mark (`kubectl get -o yaml`, delete, apply). The mark predates the object,
+/// so it is not this workload's history: the breaker it would open does not hold the new one
+/// back. (A cooldown could not show it: it also counts from the pods' start, after the mark.)
+#[tokio::test]
+async fn a_mark_copied_onto_a_recreated_workload_does_not_hold_it_back() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "copied-mark").await;
+    let n = ns.name();
+    let mut d = deployment("web", 1, &[("app", "web"), ("copied", "yes")]);
+    let earlier = (chrono::Utc::now() - chrono::TimeDelta::minutes(10))
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let mark = format!(
+        r#"{{"method":"rollout","outcome":"started","policy":"copied","time":"{earlier}"}}"#
+    );
+    d.metadata.annotations = Some([(ATTEMPT_MARK.to_string(), mark)].into());
+    deploy(&client, n, d).await;
+    // A breaker the copied mark alone would hold open for the next 50 minutes.
+    let policies = Policies::new(&[(
+        "p.yaml",
+        &policy(
+            "copied",
+            n,
+            "{copied: \"yes\"}",
+            "  triggers:\n    schedule: {cron: \"* * * * *\", startingDeadline: 5m}\n  cooldown: 1s\n  breaker: {maxBounces: 1, per: 1h}\n",
+        ),
+    )]);
+    next_minute(Duration::from_secs(1)).await;
+    let run = bouncer(&["run"], &policies, n).await;
+    assert_eq!(
+        run.code, 0,
+        "stderr: {}\nreport: {:#}",
+        run.stderr, run.report
+    );
+    assert_eq!(run.row("web")["decision"], "bounced", "{:#}", run.report);
+}
+
+/// Overtaken by a new version: `kubectl set image` lands on the Deployment while bouncer waits
+/// on its rollout (restartedAt stays bouncer's). The bounce is `superseded` (the new version's
+/// rollout replaced the pods), not `bounced` and not `failed`; the queue goes on.
+#[tokio::test]
+async fn a_new_image_while_bouncer_waits_supersedes_the_bounce() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "new-image").await;
+    let n = ns.name();
+    // Created first, so its pods are the oldest: the queue bounces it first.
+    deploy(
+        &client,
+        n,
+        slow("a-first", 2, &[("app", "a-first"), ("image", "yes")]),
+    )
+    .await;
+    deploy(
+        &client,
+        n,
+        deployment("b-next", 1, &[("app", "b-next"), ("image", "yes")]),
+    )
+    .await;
+    let policies = Policies::new(&[(
+        "p.yaml",
+        &policy("image", n, "{image: \"yes\"}", EVERY_MINUTE),
+    )]);
+    next_minute(Duration::from_secs(1)).await;
+    let running = spawn_bouncer(&["run"], &policies, n, &[("BOUNCER_VERIFY_SETTLE", "5s")]);
+    let written = wait_restarted_at(&client, n, "a-first", READY).await;
+    let out = bouncer_testkit::kubectl()
+        .args(["-n", n, "set", "image", "deployment/a-first", "app=app:v2"])
+        .output()
+        .expect("run kubectl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = finish(running).await;
+    assert_eq!(
+        run.code, 0,
+        "stderr: {}\nreport: {:#}",
+        run.stderr, run.report
+    );
+    assert_eq!(
+        run.queue(),
+        [
+            ("a-first".to_string(), "superseded".to_string()),
+            ("b-next".to_string(), "bounced".to_string())
+        ],
+        "{:#}",
+        run.report
+    );
+    let row = run.row("a-first");
+    assert!(
+        row["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("pod template changed")),
+        "{row:#}"
+    );
+    assert_eq!(run.report["summary"]["failed"], 0, "{:#}", run.report);
+    // bouncer's restart stands; the new version rolled over it.
+    assert_eq!(restarted_at_of(&client, n, "a-first").await, Some(written));
+    assert_eq!(
+        bouncer_events(&client, n, "a-first", "BounceSuperseded")
+            .await
+            .len(),
+        1
+    );
+}

@@ -205,5 +205,5 @@ fuzz_target!(|data: &[u8]| {
         metrics: MetricsState::Available,
     };
     let now: chrono::DateTime<chrono::Utc> = "2026-03-29T02:30:00Z".parse().unwrap();
-    let _ = plan(policies(), &inventory, now, &Limits { max_bounces: 3 });
+    let _ = plan(policies(), &inventory, now, &Limits::max_bounces(3));
 });

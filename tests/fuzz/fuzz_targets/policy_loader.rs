@@ -38,6 +38,6 @@ fuzz_target!(|data: &[u8]| {
         &policies,
         &inventory,
         now,
-        &bouncer::core::plan::Limits { max_bounces: 10 },
+        &bouncer::core::plan::Limits::max_bounces(10),
     );
 });
