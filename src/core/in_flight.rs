@@ -37,7 +37,7 @@ pub fn in_flight(
         .iter()
         .filter(|w| w.target.kind != Kind::Pod)
         .filter_map(|w| {
-            let latest = w.attempt.history().latest()?.clone();
+            let latest = w.attempt.latest()?;
             if latest.outcome != AttemptOutcome::Started {
                 return None;
             }

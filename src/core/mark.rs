@@ -236,12 +236,17 @@ impl AttemptMark {
         }
     }
 
-    /// When the latest attempt began.
-    pub fn time(&self) -> Option<DateTime<Utc>> {
+    /// The latest attempt, read in place (the planner asks it of every workload).
+    pub fn latest(&self) -> Option<&Attempt> {
         match self {
-            AttemptMark::Seen(h) => h.latest().map(|a| a.time),
+            AttemptMark::Seen(h) => h.latest(),
             _ => None,
         }
+    }
+
+    /// When the latest attempt began.
+    pub fn time(&self) -> Option<DateTime<Utc>> {
+        self.latest().map(|a| a.time)
     }
 
     /// The attempts the mark holds (none when there is no mark or it is unreadable: the planner

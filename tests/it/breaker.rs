@@ -19,7 +19,7 @@ use serde_json::json;
 
 use crate::harness::{
     Policies, bouncer, bouncer_env, bouncer_events, deployment as get_deployment,
-    deployment_restarted_at, patch_deployment, pod_uids, pods, policy,
+    deployment_restarted_at, patch_deployment, pod_uids, pods, policy, set_image,
 };
 
 const READY: Duration = Duration::from_secs(120);
@@ -380,15 +380,7 @@ async fn a_new_image_resets_the_breaker() {
         held.report
     );
 
-    let out = bouncer_testkit::kubectl()
-        .args(["-n", n, "set", "image", "deployment/web", "app=app:v2"])
-        .output()
-        .expect("run kubectl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    set_image(n, "web", "app:v2");
     wait_rollout_complete(&client, Kind::Deployment, n, "web", READY)
         .await
         .expect("the new version rolled out");

@@ -775,7 +775,15 @@ async fn killed_at(step: &str, policies: &Policies, ns: &str) {
     .await;
     match halted {
         Ok(Ok(())) => {}
-        Ok(Err(stderr)) => panic!("the run ended before halting at {step}:\n{stderr}"),
+        Ok(Err(stderr)) => {
+            let report = child
+                .wait_with_output()
+                .await
+                .expect("the run's output")
+                .stdout;
+            let report = String::from_utf8_lossy(&report);
+            panic!("the run ended before halting at {step}:\n{stderr}\nreport: {report}")
+        }
         Err(_) => panic!("the run did not halt at {step} within {READY:?}"),
     }
     // tokio's kill is SIGKILL.
@@ -817,7 +825,8 @@ async fn a_run_killed_at(step: &str, method: &str, stuck: bool) {
         cooldown.as_secs()
     );
     let policies = Policies::new(&[("p.yaml", &policy("killed", n, "{killed: \"yes\"}", &extra))]);
-    tokio::time::sleep(cooldown + Duration::from_secs(2)).await;
+    // A margin for pods whose start the node wrote a few seconds after their creation.
+    tokio::time::sleep(cooldown + Duration::from_secs(10)).await;
     let mark = audit_mark();
     killed_at(step, &policies, n).await;
     let first_writes = patches_of(mark, n);

@@ -284,19 +284,37 @@ pub async fn wait_restarted_at(client: &Client, ns: &str, name: &str, timeout: D
 
 /// `kubectl rollout restart deployment/NAME` in `ns`, as a person runs it; panics on failure.
 pub fn rollout_restart(ns: &str, name: &str) {
+    kubectl_ok(&[
+        "-n",
+        ns,
+        "rollout",
+        "restart",
+        &format!("deployment/{name}"),
+    ]);
+}
+
+/// `kubectl set image deployment/NAME app=IMAGE`: a new version, as a pipeline rolls one out.
+pub fn set_image(ns: &str, name: &str, image: &str) {
+    let container = format!("app={image}");
+    kubectl_ok(&[
+        "-n",
+        ns,
+        "set",
+        "image",
+        &format!("deployment/{name}"),
+        &container,
+    ]);
+}
+
+fn kubectl_ok(args: &[&str]) {
     let out = bouncer_testkit::kubectl()
-        .args([
-            "-n",
-            ns,
-            "rollout",
-            "restart",
-            &format!("deployment/{name}"),
-        ])
+        .args(args)
         .output()
         .expect("run kubectl");
     assert!(
         out.status.success(),
-        "kubectl rollout restart deployment/{name}: {}",
+        "kubectl {}: {}",
+        args.join(" "),
         String::from_utf8_lossy(&out.stderr)
     );
 }

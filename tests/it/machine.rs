@@ -16,7 +16,7 @@ use serde_json::json;
 use crate::harness::{
     EVERY_MINUTE, Policies, audit_mark, audit_since, audited, bouncer, bouncer_env, bouncer_events,
     deploy, deployment as deployment_of, finish, next_minute, patch_deployment, pod_uids, policy,
-    restarted_at_of, rollout_restart, spawn_bouncer, wait_restarted_at,
+    restarted_at_of, rollout_restart, set_image, spawn_bouncer, wait_restarted_at,
 };
 
 const READY: Duration = Duration::from_secs(180);
@@ -26,6 +26,24 @@ fn slow(name: &str, replicas: i32, labels: &[(&str, &str)]) -> Deployment {
     let mut d = deployment(name, replicas, labels);
     d.spec.as_mut().unwrap().min_ready_seconds = Some(5);
     d
+}
+
+/// `a-first` (slow, two pods; created first, so its pods are the oldest and the queue bounces it
+/// first) and `b-next` (one pod, whose manifest is returned), both labelled `LABEL: "yes"`, and a
+/// policy over them on every minute; returns once the minute's fire has passed.
+async fn first_and_next(client: &Client, n: &str, label: &str) -> (Policies, Deployment) {
+    deploy(
+        client,
+        n,
+        slow("a-first", 2, &[("app", "a-first"), (label, "yes")]),
+    )
+    .await;
+    let next = deployment("b-next", 1, &[("app", "b-next"), (label, "yes")]);
+    deploy(client, n, next.clone()).await;
+    let selector = format!("{{{label}: \"yes\"}}");
+    let policies = Policies::new(&[("p.yaml", &policy(label, n, &selector, EVERY_MINUTE))]);
+    next_minute(Duration::from_secs(1)).await;
+    (policies, next)
 }
 
 /// An owner that takes kubectl's restartedAt away as soon as it sees it (as a GitOps
@@ -107,24 +125,7 @@ async fn a_revert_after_the_verification_halts_the_queue_before_the_next_rollout
     let client = client().await;
     let ns = TestNs::new(&client, "late-revert").await;
     let n = ns.name();
-    // Created first, so its pods are the oldest: the queue bounces it first.
-    deploy(
-        &client,
-        n,
-        slow("a-first", 2, &[("app", "a-first"), ("late", "yes")]),
-    )
-    .await;
-    deploy(
-        &client,
-        n,
-        deployment("b-next", 1, &[("app", "b-next"), ("late", "yes")]),
-    )
-    .await;
-    let policies = Policies::new(&[(
-        "p.yaml",
-        &policy("late", n, "{late: \"yes\"}", EVERY_MINUTE),
-    )]);
-    next_minute(Duration::from_secs(1)).await;
+    let (policies, _) = first_and_next(&client, n, "late").await;
     let next_pods = pod_uids(&client, n, "app=b-next").await;
     let running = spawn_bouncer(&["run"], &policies, n, &[("BOUNCER_VERIFY_SETTLE", "10s")]);
     wait_restarted_at(&client, n, "a-first", READY).await;
@@ -250,24 +251,7 @@ async fn a_restart_that_overtakes_bouncer_s_is_superseded_and_the_queue_goes_on(
     let client = client().await;
     let ns = TestNs::new(&client, "overtaken").await;
     let n = ns.name();
-    // Created first, so its pods are the oldest: the queue bounces it first.
-    deploy(
-        &client,
-        n,
-        slow("a-first", 2, &[("app", "a-first"), ("over", "yes")]),
-    )
-    .await;
-    deploy(
-        &client,
-        n,
-        deployment("b-next", 1, &[("app", "b-next"), ("over", "yes")]),
-    )
-    .await;
-    let policies = Policies::new(&[(
-        "p.yaml",
-        &policy("over", n, "{over: \"yes\"}", EVERY_MINUTE),
-    )]);
-    next_minute(Duration::from_secs(1)).await;
+    let (policies, _) = first_and_next(&client, n, "over").await;
     let running = spawn_bouncer(&["run"], &policies, n, &[("BOUNCER_VERIFY_SETTLE", "5s")]);
     let written = wait_restarted_at(&client, n, "a-first", READY).await;
     // kubectl writes whole seconds: a second later, its restart is a later one.
@@ -326,21 +310,8 @@ async fn a_workload_recreated_during_the_run_is_skipped_and_never_written() {
     let client = client().await;
     let ns = TestNs::new(&client, "recreated").await;
     let n = ns.name();
-    // Created first, so its pods are the oldest: the queue bounces it first.
-    deploy(
-        &client,
-        n,
-        slow("a-first", 2, &[("app", "a-first"), ("again", "yes")]),
-    )
-    .await;
-    let next = deployment("b-next", 1, &[("app", "b-next"), ("again", "yes")]);
-    deploy(&client, n, next.clone()).await;
+    let (policies, next) = first_and_next(&client, n, "again").await;
     let planned = deployment_of(&client, n, "b-next").await.metadata.uid;
-    let policies = Policies::new(&[(
-        "p.yaml",
-        &policy("again", n, "{again: \"yes\"}", EVERY_MINUTE),
-    )]);
-    next_minute(Duration::from_secs(1)).await;
     let running = spawn_bouncer(&["run"], &policies, n, &[("BOUNCER_VERIFY_SETTLE", "5s")]);
     wait_restarted_at(&client, n, "a-first", READY).await;
     let api: Api<Deployment> = Api::namespaced(client.clone(), n);
@@ -429,35 +400,10 @@ async fn a_new_image_while_bouncer_waits_supersedes_the_bounce() {
     let client = client().await;
     let ns = TestNs::new(&client, "new-image").await;
     let n = ns.name();
-    // Created first, so its pods are the oldest: the queue bounces it first.
-    deploy(
-        &client,
-        n,
-        slow("a-first", 2, &[("app", "a-first"), ("image", "yes")]),
-    )
-    .await;
-    deploy(
-        &client,
-        n,
-        deployment("b-next", 1, &[("app", "b-next"), ("image", "yes")]),
-    )
-    .await;
-    let policies = Policies::new(&[(
-        "p.yaml",
-        &policy("image", n, "{image: \"yes\"}", EVERY_MINUTE),
-    )]);
-    next_minute(Duration::from_secs(1)).await;
+    let (policies, _) = first_and_next(&client, n, "image").await;
     let running = spawn_bouncer(&["run"], &policies, n, &[("BOUNCER_VERIFY_SETTLE", "5s")]);
     let written = wait_restarted_at(&client, n, "a-first", READY).await;
-    let out = bouncer_testkit::kubectl()
-        .args(["-n", n, "set", "image", "deployment/a-first", "app=app:v2"])
-        .output()
-        .expect("run kubectl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    set_image(n, "a-first", "app:v2");
     let run = finish(running).await;
     assert_eq!(
         run.code, 0,
