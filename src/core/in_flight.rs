@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::core::mark::AttemptOutcome;
-use crate::core::model::{Inventory, Kind, WorkloadRef};
+use crate::core::model::{Kind, Workload, WorkloadRef};
 use crate::core::policy::Policy;
 use crate::core::rollout::{RolloutState, state};
 
@@ -22,30 +22,24 @@ pub struct InFlight {
     pub until: DateTime<Utc>,
 }
 
-/// The earliest controller whose latest attempt is `started`, younger than the timeout of the
-/// policy that made it (`default_timeout` when the policy sets none or is gone), and whose
-/// rollout is not complete by kubectl's rules. Bare pods are not followed: an evicted bare pod's
-/// replacement, if any, is another object.
-pub fn in_flight(
-    inventory: &Inventory,
-    policies: &[&Policy],
+/// Of the controllers given with the policy their latest attempt names (this run's own, still
+/// selecting them: another installation's bounce, under its own policies and Lease, is not this
+/// queue's to wait for), the earliest whose attempt is `started`, younger than that policy's
+/// timeout (`default_timeout` when it sets none), and whose rollout is not complete by kubectl's
+/// rules. Bare pods are not followed: an evicted bare pod's replacement, if any, is another object.
+pub fn in_flight<'a>(
+    marked: impl Iterator<Item = (&'a Workload, &'a Policy)>,
     default_timeout: Duration,
     now: DateTime<Utc>,
 ) -> Option<InFlight> {
-    inventory
-        .workloads
-        .iter()
-        .filter(|w| w.target.kind != Kind::Pod)
-        .filter_map(|w| {
+    marked
+        .filter(|(w, _)| w.target.kind != Kind::Pod)
+        .filter_map(|(w, policy)| {
             let latest = w.attempt.latest()?;
             if latest.outcome != AttemptOutcome::Started {
                 return None;
             }
-            let timeout = policies
-                .iter()
-                .find(|p| p.name == latest.policy)
-                .and_then(|p| p.restart.timeout)
-                .unwrap_or(default_timeout);
+            let timeout = policy.restart.timeout.unwrap_or(default_timeout);
             let until = latest.time + TimeDelta::from_std(timeout).unwrap_or(TimeDelta::MAX);
             let rolling = state(w.target.kind, w.strategy, &w.status) != RolloutState::Complete;
             (now < until && rolling).then(|| InFlight {

@@ -215,7 +215,12 @@ pub fn plan_with(
     let mut bounces = cap(units, &policies, limits, &mut chosen, &mut skips);
     // A rollout an earlier run started and never saw through is still going: starting another
     // beside it would put two workloads' pods in flight at once.
-    if let Some(f) = in_flight(inventory, &policies, limits.rollout_timeout, now) {
+    let marked = inventory.workloads.iter().filter_map(|w| {
+        let name = &w.attempt.latest()?.policy;
+        let p = policies.iter().find(|p| &p.name == name && selects(p, w))?;
+        Some((w, *p))
+    });
+    if let Some(f) = in_flight(marked, limits.rollout_timeout, now) {
         let reason = SkipReason::InFlight {
             target: f.target,
             since: f.since,

@@ -679,4 +679,17 @@ fn a_bounce_an_earlier_run_left_in_flight_holds_every_other_bounce() {
             );
         }
     }
+    // Rolling under another installation's policy (a name this run has not loaded), or under
+    // a policy of this run that no longer selects it: not this queue's to wait for.
+    for (name, app) in [("theirs", "web"), ("mem", "api")] {
+        let mut other = a("2026-03-10T03:28:00Z", 0, false);
+        let attempt = Attempt::new(t("2026-03-10T03:28:00Z"), name, Method::Rollout);
+        other.attempt = AttemptMark::Seen(Box::new(AttemptHistory::of(&attempt)));
+        other.template_labels = labels(&[("app", app)]).into();
+        for p in &mut other.pods {
+            p.labels = labels(&[("app", app)]).into();
+        }
+        let plan = run(std::slice::from_ref(&p), &inventory(vec![other, b.clone()]));
+        assert_eq!(names(&plan), ["b"], "{name} {app}: {plan:#?}");
+    }
 }
