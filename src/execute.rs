@@ -326,20 +326,21 @@ impl Kube<'_> {
                 }
             };
             let (read, prometheus) = futures::join!(read, answers);
-            let (excluded_namespaces, pdbs) = read.map_err(|e| e.to_string())?;
-            Ok::<_, String>(Some(Context {
-                excluded_namespaces,
-                pdbs,
-                prometheus,
-            }))
+            let (namespaces, pdbs) = read.map_err(|e| e.to_string())?;
+            Ok::<_, String>(Some((namespaces, pdbs, prometheus)))
         };
         let (workload, context) = futures::join!(workload, context);
         let mut workload = workload.map_err(|e| e.to_string())?;
         self.with_bare_mark(&mut workload);
-        Ok(Box::new(Fresh {
-            workload,
-            context: context?,
-        }))
+        let context = context?.map(|(namespaces, pdbs, prometheus)| {
+            namespaces.mark_deleting(&mut workload);
+            Context {
+                excluded_namespaces: namespaces.excluded,
+                pdbs,
+                prometheus,
+            }
+        });
+        Ok(Box::new(Fresh { workload, context }))
     }
 
     /// A bare pod's mark is on the Lease, as this run last wrote or read it.

@@ -18,7 +18,7 @@ use crate::core::literals::{
 };
 use crate::core::mark::AttemptMark;
 use crate::core::model::{
-    ContainerSample, IntOrPercent, Kind, McpServerRef, Pdb, PodSample, RollingParams,
+    ContainerSample, Deleting, IntOrPercent, Kind, McpServerRef, Pdb, PodSample, RollingParams,
     RolloutStatus, StsRollingUpdate, ToolhiveRestart, Uid, UpdateStrategy, Workload, WorkloadRef,
 };
 use crate::core::pin::{RestartOwner as PinOwner, RestartOwners};
@@ -132,6 +132,10 @@ fn base(
         Kind::Deployment | Kind::Pod => Vec::new(),
     };
     let uid = meta.uid.clone().map(Uid::from);
+    let deleting = meta
+        .deletion_timestamp
+        .is_some()
+        .then_some(Deleting::Workload);
     Workload {
         target: WorkloadRef {
             kind,
@@ -161,6 +165,7 @@ fn base(
         rolling: RollingParams::default(),
         pods: Vec::new(),
         mirror: false,
+        deleting,
         toolhive,
     }
 }
@@ -349,6 +354,7 @@ pub fn bare(mut p: wire::Pod, shared: &mut Shared) -> Workload {
         pod_selector: String::new(),
         pod_owners: Vec::new(),
         mirror: annotations.contains_key(MIRROR_ANNOTATION),
+        deleting: sample.deleting.then_some(Deleting::Workload),
         toolhive: Default::default(),
         annotations: own(Some(annotations)),
         // A bare pod's mark lives on the Lease (it must survive the pod); see Inventory.

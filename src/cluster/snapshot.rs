@@ -18,7 +18,7 @@ use super::{convert, kinds, wire};
 use crate::core::gates;
 use crate::core::literals::EXCLUDE_ANNOTATION;
 use crate::core::model::{
-    Inventory, Kind, MetricsState, Pdb, PodSample, Unsupported, Workload, WorkloadRef,
+    Deleting, Inventory, Kind, MetricsState, Pdb, PodSample, Unsupported, Workload, WorkloadRef,
 };
 use crate::core::quantity::parse_bytes;
 
@@ -272,11 +272,39 @@ fn metrics_failure(e: &kube::Error) -> String {
     }
 }
 
-fn excluded_namespace(n: wire::Namespace) -> Option<String> {
-    let name = n.metadata.name.unwrap_or_default();
-    let value = n.metadata.annotations?.remove(EXCLUDE_ANNOTATION)?;
-    warn_unclear_exclude("namespace", &name, &value);
-    gates::excludes(&value).then_some(name)
+/// What the gates read of a namespace: whether it opted out, and whether it is being deleted.
+#[derive(Debug, Default)]
+pub struct Namespaces {
+    pub excluded: BTreeSet<String>,
+    pub deleting: BTreeSet<String>,
+}
+
+impl Namespaces {
+    fn add(&mut self, n: wire::Namespace) {
+        let name = n.metadata.name.unwrap_or_default();
+        if n.metadata.deletion_timestamp.is_some() {
+            self.deleting.insert(name.clone());
+        }
+        let Some(value) = n
+            .metadata
+            .annotations
+            .and_then(|mut a| a.remove(EXCLUDE_ANNOTATION))
+        else {
+            return;
+        };
+        warn_unclear_exclude("namespace", &name, &value);
+        if gates::excludes(&value) {
+            self.excluded.insert(name);
+        }
+    }
+
+    /// Marks the workloads of namespaces being deleted (a workload's own deletion wins: it is
+    /// the more direct reason).
+    pub fn mark_deleting(&self, w: &mut Workload) {
+        if w.deleting.is_none() && self.deleting.contains(&w.target.namespace) {
+            w.deleting = Some(Deleting::Namespace);
+        }
+    }
 }
 
 /// A `bouncer.dev/exclude` that is neither "true" nor "false" excludes (fail closed); the person
@@ -327,15 +355,12 @@ pub async fn snapshot(
 ) -> Result<Inventory, ClusterError> {
     let wrap = |what: &'static str| move |source| ClusterError::List { what, source };
     let namespaces = async {
-        let all = list(
-            client,
-            &[],
-            |_| Namespace::url_path(&(), None),
-            excluded_namespace,
-        )
-        .await
-        .map_err(wrap("namespaces"))?;
-        Ok::<_, ClusterError>(all.into_iter().flatten().collect::<BTreeSet<_>>())
+        let mut all = Namespaces::default();
+        let url = Namespace::url_path(&(), None);
+        pages(client, &url, &ListParams::default(), |n| all.add(n))
+            .await
+            .map_err(wrap("namespaces"))?;
+        Ok::<_, ClusterError>(all)
     };
     let pods = Mutex::new(Pods::default());
     let metrics = async {
@@ -380,7 +405,7 @@ pub async fn snapshot(
         }
         Ok::<_, ClusterError>(pdbs)
     };
-    let (pdbs, rs, deployments, statefulsets, daemonsets, excluded, metrics) = futures::join!(
+    let (pdbs, rs, deployments, statefulsets, daemonsets, namespaces, metrics) = futures::join!(
         pdbs_then_pods,
         async {
             list(client, scope, kinds::replicasets, rs_owner)
@@ -416,16 +441,18 @@ pub async fn snapshot(
     workloads.reserve_exact(statefulsets.len() + daemonsets.len() + pods.bare.len());
     workloads.extend(statefulsets);
     workloads.extend(daemonsets);
-    let (workloads, unsupported) = group(pods, rs?.into_iter().collect(), workloads);
-    for w in &workloads {
+    let (mut workloads, unsupported) = group(pods, rs?.into_iter().collect(), workloads);
+    let namespaces = namespaces?;
+    for w in &mut workloads {
         if let Some(value) = w.annotations.get(EXCLUDE_ANNOTATION) {
             warn_unclear_exclude("workload", &w.target.to_string(), value);
         }
+        namespaces.mark_deleting(w);
     }
     Ok(Inventory {
         workloads,
         unsupported,
-        excluded_namespaces: excluded?,
+        excluded_namespaces: namespaces.excluded,
         pdbs,
         metrics,
     })
@@ -511,22 +538,19 @@ fn group(
 }
 
 /// What the gates read besides a workload, afresh before each bounce: whether its namespace
-/// opted out, and the namespace's disruption budgets.
+/// opted out or is being deleted, and the namespace's disruption budgets.
 pub async fn read_context(
     client: &Client,
     namespace: &str,
-) -> Result<(BTreeSet<String>, Vec<Pdb>), kube::Error> {
+) -> Result<(Namespaces, Vec<Pdb>), kube::Error> {
     let scope = [namespace.to_string()];
     // A LIST by name: the chart grants list on namespaces, not get.
     let excluded = async {
         let url = Namespace::url_path(&(), None);
         let by_name = ListParams::default().fields(&format!("metadata.name={namespace}"));
-        let mut excluded = BTreeSet::new();
-        pages(client, &url, &by_name, |n: wire::Namespace| {
-            excluded.extend(excluded_namespace(n));
-        })
-        .await?;
-        Ok::<_, kube::Error>(excluded)
+        let mut read = Namespaces::default();
+        pages(client, &url, &by_name, |n| read.add(n)).await?;
+        Ok::<_, kube::Error>(read)
     };
     let pdbs = list(
         client,

@@ -301,8 +301,15 @@ fn a_gate_failing_on_the_fresh_read_skips_with_no_write() {
         .insert("shop".into());
     let mut restarted = w.clone();
     restarted.restarted_at = Some(t("2026-03-10T03:00:00Z"));
+    // Its namespace's deletion began after the plan.
+    let mut deleting = w.clone();
+    deleting.deleting = Some(crate::core::model::Deleting::Namespace);
     let cases: Vec<(Result<Box<Fresh>, String>, SkipReason)> = vec![
         (Ok(fresh(&paused)), SkipReason::Paused),
+        (
+            Ok(fresh(&deleting)),
+            SkipReason::BeingDeleted(crate::core::model::Deleting::Namespace),
+        ),
         (Ok(excluded), SkipReason::NamespaceExcluded),
         (Ok(fresh(&restarted)), SkipReason::RestartedMeanwhile),
         (

@@ -34,6 +34,9 @@ pub fn identity_gates(
     if w.mirror {
         return Err(SkipReason::MirrorPod);
     }
+    if let Some(what) = w.deleting {
+        return Err(SkipReason::BeingDeleted(what));
+    }
     if !policy.kinds.contains(&w.target.kind) {
         return Err(SkipReason::KindNotSelected {
             kind: w.target.kind,

@@ -201,8 +201,20 @@ pub struct Workload {
     pub pods: Vec<PodSample>,
     /// A bare pod that is a mirror/static pod; never touched.
     pub mirror: bool,
+    /// On its way out (its own deletionTimestamp, or its namespace's): never touched.
+    pub deleting: Option<Deleting>,
     /// What a restart through ToolHive's MCPServer needs (Deployments an MCPServer owns).
     pub toolhive: ToolhiveRestart,
+}
+
+/// What is being deleted under a workload. Either way a bounce can only fail or take pods
+/// away for nothing: a controller whose deletion started rolls nothing out (the Deployment
+/// controller only syncs its status), and the API server creates no pod in a namespace being
+/// deleted, so neither a rollout's new pods nor an evicted pod's replacement would come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleting {
+    Workload,
+    Namespace,
 }
 
 /// A Deployment as ToolHive's operator restarts it: through the MCPServer that owns it.

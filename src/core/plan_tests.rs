@@ -7,7 +7,8 @@ use chrono::{DateTime, Utc};
 
 use super::*;
 use crate::core::model::{
-    ContainerSample, MetricsState, Pdb, PodSample, RolloutStatus, Unsupported, UpdateStrategy,
+    ContainerSample, Deleting, MetricsState, Pdb, PodSample, RolloutStatus, Unsupported,
+    UpdateStrategy,
 };
 use crate::core::policy::{MemoryTrigger, Restart, RestartMethod, Selector, Threshold};
 use crate::core::schedule::Schedule;
@@ -120,6 +121,7 @@ pub(crate) fn deployment(ns: &str, name: &str, app: &str, pods: Vec<PodSample>) 
         rolling: Default::default(),
         pods,
         mirror: false,
+        deleting: None,
         toolhive: Default::default(),
     }
 }
@@ -358,6 +360,10 @@ fn preflight_gates_skip_with_reasons() {
     sts.strategy = UpdateStrategy::OnDelete;
     let mut excluded_ns = mk("inexcluded");
     excluded_ns.target.namespace = "quiet".into();
+    let mut deleted = mk("deleted");
+    deleted.deleting = Some(Deleting::Workload);
+    let mut in_deleted_ns = mk("indeleted");
+    in_deleted_ns.deleting = Some(Deleting::Namespace);
     let mut inv = inventory(vec![
         paused,
         rolling,
@@ -366,6 +372,8 @@ fn preflight_gates_skip_with_reasons() {
         excluded,
         sts,
         excluded_ns,
+        deleted,
+        in_deleted_ns,
     ]);
     inv.excluded_namespaces.insert("quiet".into());
     let mut p = over(policy("m", "x"), 512);
@@ -373,7 +381,7 @@ fn preflight_gates_skip_with_reasons() {
     let plan = run(&[p], &inv);
     assert!(plan.bounces.is_empty(), "{:?}", names(&plan));
     type Check = fn(&SkipReason) -> bool;
-    let cases: [(&str, Check); 7] = [
+    let cases: [(&str, Check); 9] = [
         ("paused", |r| *r == SkipReason::Paused),
         ("rolling", |r| {
             matches!(r, SkipReason::RolloutInProgress { .. })
@@ -385,6 +393,12 @@ fn preflight_gates_skip_with_reasons() {
         ("excluded", |r| matches!(r, SkipReason::Excluded { .. })),
         ("ondelete", |r| *r == SkipReason::OnDelete),
         ("inexcluded", |r| *r == SkipReason::NamespaceExcluded),
+        ("deleted", |r| {
+            *r == SkipReason::BeingDeleted(Deleting::Workload)
+        }),
+        ("indeleted", |r| {
+            *r == SkipReason::BeingDeleted(Deleting::Namespace)
+        }),
     ];
     for (name, ok) in cases {
         assert!(

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use crate::core::literals::rfc3339;
 
 use crate::core::memory::MemoryState;
-use crate::core::model::{Kind, WorkloadRef};
+use crate::core::model::{Deleting, Kind, WorkloadRef};
 use crate::core::quantity::format_bytes;
 use crate::core::schedule::ScheduleVerdict;
 
@@ -206,6 +206,8 @@ pub enum SkipReason {
         value: String,
     },
     MirrorPod,
+    /// The workload, or its namespace, is being deleted.
+    BeingDeleted(Deleting),
     UnsupportedOwner {
         kind: String,
         name: String,
@@ -384,6 +386,7 @@ impl SkipReason {
             SkipReason::NamespaceExcluded => "namespaceExcluded",
             SkipReason::Excluded { .. } => "excluded",
             SkipReason::MirrorPod => "mirrorPod",
+            SkipReason::BeingDeleted(_) => "beingDeleted",
             SkipReason::UnsupportedOwner { .. } => "unsupportedOwner",
             SkipReason::KindNotSelected { .. } => "kindNotSelected",
             SkipReason::NoPods => "noPods",
@@ -436,6 +439,14 @@ impl fmt::Display for SkipReason {
                 "annotated bouncer.dev/exclude={value:?}: not \"true\" or \"false\", so excluded (fail closed)"
             ),
             SkipReason::MirrorPod => write!(f, "static (mirror) pod"),
+            SkipReason::BeingDeleted(Deleting::Workload) => write!(
+                f,
+                "being deleted (deletionTimestamp set): its controller rolls nothing out"
+            ),
+            SkipReason::BeingDeleted(Deleting::Namespace) => write!(
+                f,
+                "its namespace is being deleted: the API server creates no pod there"
+            ),
             SkipReason::UnsupportedOwner { kind, name } => {
                 write!(f, "unsupported owner {kind} {name}")
             }

@@ -71,6 +71,7 @@ pub(crate) fn workload(usage_mib: f64) -> Workload {
             has_metrics: true,
         }],
         mirror: false,
+        deleting: None,
         toolhive: Default::default(),
     }
 }

@@ -297,6 +297,7 @@ mod tests {
             rolling: Default::default(),
             pods,
             mirror: false,
+            deleting: None,
             toolhive: Default::default(),
         }
     }

@@ -23,10 +23,11 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 pub const JOB: &str = "bouncer";
 
 /// Every skip reason code a row can carry (`reasonCode`); the unit tests keep it complete.
-pub const SKIP_REASONS: [&str; 36] = [
+pub const SKIP_REASONS: [&str; 37] = [
     "backingOff",
     "badAttemptMark",
     "barePodNoRollout",
+    "beingDeleted",
     "blocked",
     "blockerFailed",
     "bounceInFlight",

@@ -230,6 +230,7 @@ fn every_skip_reason() -> Vec<SkipReason> {
             why: crate::core::reasons::NotProxy::Name,
         },
         SkipReason::Suspended,
+        SkipReason::BeingDeleted(crate::core::model::Deleting::Workload),
         SkipReason::ClaimedInDryRun { policy: "p".into() },
         SkipReason::RestartPinned {
             manager: String::new(),
@@ -246,6 +247,7 @@ fn every_skip_reason() -> Vec<SkipReason> {
             SkipReason::NamespaceExcluded
             | SkipReason::Excluded { .. }
             | SkipReason::MirrorPod
+            | SkipReason::BeingDeleted(_)
             | SkipReason::UnsupportedOwner { .. }
             | SkipReason::KindNotSelected { .. }
             | SkipReason::NoPods

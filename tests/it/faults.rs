@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use bouncer_testkit::{PodTemplateExt, TestNs, client, deployment, kubectl, wait_pod_memory};
 use chrono::{DateTime, Utc};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -909,4 +910,156 @@ async fn killed_after_the_eviction_mark_the_next_run_does_not_evict_it() {
 #[tokio::test]
 async fn killed_after_an_eviction_the_next_run_does_not_evict_it_again() {
     a_run_killed_at("evict", "evict", false).await;
+}
+
+/// Keeps `ns`'s Deployments from being deleted (a ValidatingAdmissionPolicy denying DELETE
+/// there), so a namespace deletion stays stuck with them inside, as one waiting on a finalizer
+/// or a slow webhook does; dropped, it lets the deletion finish.
+struct HoldDeployments(String);
+
+impl HoldDeployments {
+    fn new(ns: &str) -> Self {
+        let name = format!("hold-{ns}");
+        apply(&format!(
+            r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{name: {name}}}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - {{apiGroups: [apps], apiVersions: ["*"], resources: [deployments], operations: [DELETE]}}
+  validations:
+  - {{expression: "false", message: "held by the test while its namespace is being deleted"}}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {{name: {name}}}
+spec:
+  policyName: {name}
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels: {{kubernetes.io/metadata.name: {ns}}}
+"#
+        ));
+        HoldDeployments(name)
+    }
+}
+
+impl Drop for HoldDeployments {
+    fn drop(&mut self) {
+        for kind in [
+            "validatingadmissionpolicybinding",
+            "validatingadmissionpolicy",
+        ] {
+            let _ = kubectl()
+                .args(["delete", kind, &self.0, "--ignore-not-found"])
+                .output();
+        }
+    }
+}
+
+/// Fault 6, a deletion under way: a Deployment deleted but kept by a finalizer, and one in a
+/// namespace being deleted. A controller whose deletion started rolls nothing out, and the API
+/// server creates no pod in a namespace being deleted, so a restart there could only stall into
+/// a failed bounce (which halts the queue) and an eviction would take a pod for good. bouncer
+/// skips both as `beingDeleted`, writes nothing to them, and goes on with the rest.
+#[tokio::test]
+async fn a_workload_or_namespace_being_deleted_is_left_alone() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "deleting").await;
+    let closing = TestNs::new(&client, "closing").await;
+    let (n, c) = (ns.name(), closing.name());
+    let labels = |name| [("app", name), ("deleting", "yes")];
+    for name in ["held", "live"] {
+        let mut d = deployment(name, 1, &labels(name));
+        if name == "held" {
+            d.metadata.finalizers = Some(vec!["bouncer.test/hold".into()]);
+        }
+        deploy(&client, n, d).await;
+    }
+    deploy(&client, c, deployment("inclosing", 1, &labels("inclosing"))).await;
+    let deployments = Api::<Deployment>::namespaced(client.clone(), n);
+    deployments
+        .delete("held", &Default::default())
+        .await
+        .expect("delete held");
+    let hold = HoldDeployments::new(c);
+    let out = kubectl()
+        .args(["delete", "namespace", c, "--wait=false"])
+        .output()
+        .expect("kubectl delete namespace");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The namespace controller has tried to empty it: the Deployment is still there and not
+    // itself marked for deletion (the namespace is the only reason).
+    let inclosing = Api::<Deployment>::namespaced(client.clone(), c);
+    let stuck = tokio::time::timeout(READY, async {
+        loop {
+            let ns = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+                .get(c)
+                .await
+                .expect("get namespace");
+            let tried = ns.status.and_then(|s| s.conditions).is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "NamespaceDeletionContentFailure" && c.status == "True")
+            });
+            if tried {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await;
+    assert!(
+        stuck.is_ok(),
+        "namespace {c} never tried to delete its content"
+    );
+    let d = inclosing.get("inclosing").await.expect("inclosing kept");
+    assert!(d.metadata.deletion_timestamp.is_none(), "{:?}", d.metadata);
+
+    let policies = Policies::new(&[(
+        "p.yaml",
+        &policy(
+            "deleting",
+            &format!("{n}, {c}"),
+            "{deleting: \"yes\"}",
+            EVERY_MINUTE,
+        ),
+    )]);
+    next_minute(Duration::from_secs(1)).await;
+    let mark = audit_mark();
+    let run = bouncer(&["run"], &policies, n).await;
+    deployments
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("release held");
+    drop(hold);
+    assert_eq!(
+        run.code, 0,
+        "stderr: {}\nreport: {:#}",
+        run.stderr, run.report
+    );
+    assert_eq!(run.bounced(), ["live"], "{:#}", run.report);
+    for (name, why) in [
+        ("held", "being deleted"),
+        ("inclosing", "its namespace is being deleted"),
+    ] {
+        let row = run.row(name);
+        assert_eq!(row["reasonCode"], "beingDeleted", "{row:#}");
+        assert!(
+            row["reason"].as_str().is_some_and(|r| r.contains(why)),
+            "{row:#}"
+        );
+    }
+    assert_eq!(patches_of(mark, n), ["live"]);
+    assert!(patches_of(mark, c).is_empty(), "{:?}", patches_of(mark, c));
 }
