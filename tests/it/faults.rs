@@ -8,6 +8,7 @@ use bouncer_testkit::{PodTemplateExt, TestNs, client, deployment, kubectl, wait_
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -1062,4 +1063,80 @@ async fn a_workload_or_namespace_being_deleted_is_left_alone() {
     }
     assert_eq!(patches_of(mark, n), ["live"]);
     assert!(patches_of(mark, c).is_empty(), "{:?}", patches_of(mark, c));
+}
+
+/// Fault 6, pods stuck terminating: the old pods of a rollout keep a finalizer nobody removes.
+/// They are on their way out and serve no one (a kubelet stops their containers), so, as
+/// kubectl's rules do, bouncer judges the rollout by the live pods: the bounce is verified once
+/// the new pods are ready, within the rollout's bounded wait, and bouncer neither waits on the
+/// stuck pods nor forces them out (they are still there, terminating, after the run).
+#[tokio::test]
+async fn pods_stuck_terminating_neither_hold_the_bounce_nor_get_forced() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "stuckterm").await;
+    let n = ns.name();
+    let mut d = deployment("sticky", 2, &[("app", "sticky")]);
+    let template = d
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .metadata
+        .get_or_insert_default();
+    template.finalizers = Some(vec!["bouncer.test/hold".into()]);
+    deploy(&client, n, d).await;
+    let old: Vec<String> = pods(&client, n, "app=sticky")
+        .await
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    assert_eq!(old.len(), 2, "{old:?}");
+    let policies = Policies::new(&[(
+        "p.yaml",
+        &policy("sticky", n, "{app: sticky}", EVERY_MINUTE),
+    )]);
+    next_minute(Duration::from_secs(1)).await;
+    let mark = audit_mark();
+    let run = bouncer(&["run"], &policies, n).await;
+
+    let api = Api::<Pod>::namespaced(client.clone(), n);
+    let all = api
+        .list(&Default::default())
+        .await
+        .expect("list pods")
+        .items;
+    let stuck: Vec<String> = all
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_some())
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    // Let them go before anything can fail, so the namespace can be deleted.
+    for p in &all {
+        let name = p.metadata.name.as_deref().unwrap_or_default();
+        api.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("release pod");
+    }
+    assert_eq!(
+        run.code, 0,
+        "stderr: {}\nreport: {:#}",
+        run.stderr, run.report
+    );
+    assert_eq!(run.bounced(), ["sticky"], "{:#}", run.report);
+    assert!(
+        run.row("sticky")["verification"]
+            .as_str()
+            .is_some_and(|v| v.contains("2/2 pods new")),
+        "{:#}",
+        run.report
+    );
+    let (mut stuck, mut old) = (stuck, old);
+    stuck.sort();
+    old.sort();
+    assert_eq!(stuck, old, "the old pods, still terminating");
+    assert_eq!(patches_of(mark, n), ["sticky"], "patched once");
 }
