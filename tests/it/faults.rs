@@ -1140,3 +1140,158 @@ async fn pods_stuck_terminating_neither_hold_the_bounce_nor_get_forced() {
     assert_eq!(stuck, old, "the old pods, still terminating");
     assert_eq!(patches_of(mark, n), ["sticky"], "patched once");
 }
+
+/// A KWOK node of a test's own, tainted so only that test's pods go there; deleted on drop.
+struct OwnNode(String);
+
+impl OwnNode {
+    async fn new(client: &Client, ns: &str) -> Self {
+        let name = format!("nr-{ns}");
+        apply(&format!(
+            r#"apiVersion: v1
+kind: Node
+metadata:
+  name: {name}
+  labels: {{kubernetes.io/hostname: {name}, kubernetes.io/os: linux, kubernetes.io/arch: amd64, type: kwok}}
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+    metrics.k8s.io/resource-metrics-path: /metrics/nodes/{name}/metrics/resource
+spec:
+  taints: [{{key: bouncer.test/only, value: "{ns}", effect: NoSchedule}}]
+"#
+        ));
+        let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
+        let ready = tokio::time::timeout(READY, async {
+            loop {
+                let node = nodes.get(&name).await.expect("get node");
+                let ready = node
+                    .status
+                    .and_then(|s| s.conditions)
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                if ready {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+        .await;
+        assert!(ready.is_ok(), "node {name} never became Ready");
+        OwnNode(name)
+    }
+
+    /// Reports the node NotReady as a kubelet whose container runtime is down does (the
+    /// annotation keeps KWOK from making it Ready again; its lease is still renewed).
+    async fn not_ready(&self, client: &Client) {
+        let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
+        nodes
+            .patch(
+                &self.0,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"annotations": {"bouncer.test/kubelet-down": "true"}}}),
+                ),
+            )
+            .await
+            .expect("annotate node");
+        let now = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        nodes
+            .patch_status(
+                &self.0,
+                &PatchParams::default(),
+                &Patch::Strategic(json!({"status": {"conditions": [{
+                    "type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                    "message": "container runtime is down", "lastHeartbeatTime": now,
+                }]}})),
+            )
+            .await
+            .expect("report the node NotReady");
+    }
+}
+
+impl Drop for OwnNode {
+    fn drop(&mut self) {
+        let _ = kubectl()
+            .args(["delete", "node", &self.0, "--wait=false"])
+            .output();
+    }
+}
+
+/// Fault 6, a node NotReady under the workload's pods: its pods still serve (the kubelet is up),
+/// but the node is tainted not-ready, so a restart's new pods cannot go where the workload's
+/// pods must run. bouncer's wait is bounded by the restart timeout: it fails the bounce as
+/// `rolloutTimedOut` naming what did not happen, halts the queue (the next workload is not
+/// attempted) and exits 1; the rollout's surge-first default took no old pod away, so both
+/// still run and are ready.
+#[tokio::test]
+async fn a_node_not_ready_under_the_pods_bounds_the_wait_and_takes_nothing_away() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "nodedown").await;
+    let n = ns.name();
+    let node = OwnNode::new(&client, n).await;
+    let mut d = deployment("pinned", 2, &[("app", "pinned"), ("nodedown", "yes")]);
+    let spec = d.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+    spec.node_selector = Some([("kubernetes.io/hostname".to_string(), node.0.clone())].into());
+    spec.tolerations = Some(vec![k8s_openapi::api::core::v1::Toleration {
+        key: Some("bouncer.test/only".into()),
+        operator: Some("Exists".into()),
+        effect: Some("NoSchedule".into()),
+        ..Default::default()
+    }]);
+    deploy(&client, n, d).await;
+    // Created second: its pods are younger, so the queue takes `pinned` first.
+    deploy(
+        &client,
+        n,
+        deployment("after", 1, &[("app", "after"), ("nodedown", "yes")]),
+    )
+    .await;
+    let old: Vec<String> = pods(&client, n, "app=pinned")
+        .await
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    node.not_ready(&client).await;
+    let extra = format!("{EVERY_MINUTE}  restart: {{timeout: 20s}}\n");
+    let policies = Policies::new(&[(
+        "p.yaml",
+        &policy("nodedown", n, "{nodedown: \"yes\"}", &extra),
+    )]);
+    next_minute(Duration::from_secs(1)).await;
+    let mark = audit_mark();
+    let run = bouncer(&["run"], &policies, n).await;
+
+    assert_eq!(
+        run.code, 1,
+        "stderr: {}\nreport: {:#}",
+        run.stderr, run.report
+    );
+    let row = run.row("pinned");
+    assert_eq!(row["decision"], "failed", "{row:#}");
+    assert_eq!(row["reasonCode"], "rolloutTimedOut", "{row:#}");
+    assert_eq!(
+        run.row("after")["decision"],
+        "notAttempted",
+        "{:#}",
+        run.report
+    );
+    // The restart, then the mark's outcome: nothing written to `after`.
+    let writes = patches_of(mark, n);
+    assert!(
+        !writes.is_empty() && writes.iter().all(|p| p == "pinned"),
+        "{writes:?}"
+    );
+    let live = pods(&client, n, "app=pinned").await;
+    for name in &old {
+        let pod = live
+            .iter()
+            .find(|p| p.metadata.name.as_ref() == Some(name))
+            .unwrap_or_else(|| panic!("old pod {name} was taken away"));
+        let ready = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        assert!(ready, "old pod {name} not ready");
+    }
+}
