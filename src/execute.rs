@@ -3,12 +3,14 @@
 //! bounce, which gate, which wait, what a revert or a stop means is all the machine's.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::error::Error;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use kube::Client;
 use tokio::sync::watch;
 
+use crate::cluster::error::ClusterError;
 use crate::cluster::events::{self, Severity};
 use crate::cluster::evict::{self, EvictError, Replacement};
 use crate::cluster::lock::{LeaseGuard, Stop};
@@ -17,7 +19,7 @@ use crate::cluster::retry::with_retries;
 use crate::cluster::snapshot::{read_context, read_workload};
 use crate::cluster::watch::{self as rollout, WaitError};
 use crate::cluster::{restart, revert, toolhive};
-use crate::core::action::{Action, Context, EventKind, Fresh, Observation, Stage};
+use crate::core::action::{Action, Context, EdgeError, EventKind, Fresh, Observation, Stage};
 use crate::core::history::{self, Needs};
 use crate::core::literals::{REASON_BOUNCED, REASON_FAILED, REASON_REVERTED, REASON_SUPERSEDED};
 use crate::core::mark::{AttemptMark, BareMarks, bare_key};
@@ -45,6 +47,31 @@ fn evict_failure(e: EvictError) -> Failure {
         EvictError::Api(_) => FailureCode::EvictionFailed,
     };
     Failure::new(code, e.to_string())
+}
+
+/// What the machine sees of an edge failure: its text, classified by the API server's answer
+/// found in its chain of causes.
+fn seen(e: impl Error + 'static) -> EdgeError {
+    edge_error(e.to_string(), &e)
+}
+
+/// `message` for the report, classified by `cause`'s chain: the first client error in it decides
+/// (a wrapped one names the object; the class is the server's answer, or no answer at all).
+fn edge_error(message: String, cause: &(dyn Error + 'static)) -> EdgeError {
+    let client = std::iter::successors(Some(cause), |e| (*e).source())
+        .find_map(|e| e.downcast_ref::<kube::Error>());
+    match client {
+        Some(kube::Error::Api(s)) => match s.code {
+            404 => EdgeError::NotFound { message },
+            409 => EdgeError::Conflict { message },
+            401 | 403 => EdgeError::Forbidden { message },
+            status => EdgeError::Api { status, message },
+        },
+        Some(kube::Error::HyperError(_) | kube::Error::Service(_)) => {
+            EdgeError::Unreachable { message }
+        }
+        _ => EdgeError::Other { message },
+    }
 }
 
 /// What the bounce machine asks of the cluster, as one call per action: the executor's loop
@@ -195,7 +222,7 @@ impl Kube<'_> {
                 restart::patch_restarted_at(&self.client, target, uid.as_ref(), *at, mark)
                     .await
                     .map(|p| (p.value, p.resource_version))
-                    .map_err(|e| e.to_string()),
+                    .map_err(seen),
             ),
             Action::Mark {
                 target,
@@ -205,14 +232,14 @@ impl Kube<'_> {
             } => {
                 let marked = self.mark(target, uid.as_ref(), attempt, history).await;
                 if let Err(e) = &marked {
-                    tracing::warn!(workload = %target, "{e}");
+                    tracing::warn!(workload = %target, "could not record the attempt mark: {e}");
                 }
                 Observation::Marked(marked)
             }
             Action::ReadOperator { target, server } => Observation::Operator(
                 toolhive::read(&self.client, &target.namespace, server)
                     .await
-                    .map_err(|e| e.to_string()),
+                    .map_err(seen),
             ),
             Action::RequestOperatorRestart {
                 target,
@@ -228,7 +255,7 @@ impl Kube<'_> {
                     resource_version,
                 )
                 .await
-                .map_err(|e| e.to_string()),
+                .map_err(seen),
             ),
             Action::Withdraw {
                 target,
@@ -237,7 +264,7 @@ impl Kube<'_> {
             } => Observation::Withdrawn(
                 toolhive::withdraw(&self.client, &target.namespace, server, value)
                     .await
-                    .map_err(|e| e.to_string()),
+                    .map_err(seen),
             ),
             Action::Evict {
                 target,
@@ -301,7 +328,7 @@ impl Kube<'_> {
         target: &WorkloadRef,
         context: bool,
         block_when: Option<&str>,
-    ) -> Result<Box<Fresh>, String> {
+    ) -> Result<Box<Fresh>, EdgeError> {
         let what = format!("read {target}");
         let workload = with_retries(&what, || read_workload(&self.client, target));
         let context = async {
@@ -326,11 +353,17 @@ impl Kube<'_> {
                 }
             };
             let (read, prometheus) = futures::join!(read, answers);
-            let (namespaces, pdbs) = read.map_err(|e| e.to_string())?;
-            Ok::<_, String>(Some((namespaces, pdbs, prometheus)))
+            let (namespaces, pdbs) =
+                read.map_err(|e| edge_error(format!("failed to {what}: {e}"), &e))?;
+            Ok::<_, EdgeError>(Some((namespaces, pdbs, prometheus)))
         };
         let (workload, context) = futures::join!(workload, context);
-        let mut workload = workload.map_err(|e| e.to_string())?;
+        let mut workload = workload.map_err(|source| {
+            seen(ClusterError::Read {
+                target: target.clone(),
+                source,
+            })
+        })?;
         self.with_bare_mark(&mut workload);
         let context = context?.map(|(namespaces, pdbs, prometheus)| {
             namespaces.mark_deleting(&mut workload);
@@ -360,18 +393,19 @@ impl Kube<'_> {
         uid: Option<&Uid>,
         attempt: &crate::core::mark::Attempt,
         history: &crate::core::mark::AttemptHistory,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, EdgeError> {
         if target.kind != Kind::Pod {
             return restart::patch_mark(&self.client, target, uid, history)
                 .await
                 .map(|(_, version)| Some(version))
-                .map_err(|e| format!("could not record the attempt mark: {e}"));
+                .map_err(seen);
         }
         let Some(lease) = self.lease else {
-            return Err(format!("no run lock to record the attempt on {target} in"));
+            let message = format!("no run lock to record the attempt on {target} in");
+            return Err(EdgeError::Other { message });
         };
         let key = bare_key(&target.namespace, &target.name);
-        self.bare_marks = lease.record_bare(key, attempt).await?;
+        self.bare_marks = lease.record_bare(key, attempt).await.map_err(seen)?;
         Ok(None)
     }
 
@@ -450,5 +484,80 @@ impl Kube<'_> {
                 )
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(code: u16, message: &str) -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            message: message.into(),
+            reason: "Conflict".into(),
+            ..Default::default()
+        }))
+    }
+
+    fn web() -> WorkloadRef {
+        WorkloadRef {
+            kind: Kind::Deployment,
+            namespace: "shop".into(),
+            name: "web".into(),
+        }
+    }
+
+    #[test]
+    fn an_edge_failure_is_classified_by_the_answer_under_its_message() {
+        let patch = |code| {
+            seen(ClusterError::Patch {
+                target: web(),
+                source: answer(code, "nope"),
+            })
+        };
+        assert!(matches!(patch(404), EdgeError::NotFound { .. }));
+        assert!(matches!(patch(409), EdgeError::Conflict { .. }));
+        assert!(matches!(patch(403), EdgeError::Forbidden { .. }));
+        assert!(matches!(patch(401), EdgeError::Forbidden { .. }));
+        assert!(matches!(patch(422), EdgeError::Api { status: 422, .. }));
+        // The client's own error, not wrapped, is classified the same way.
+        assert!(matches!(
+            seen(answer(409, "nope")),
+            EdgeError::Conflict { .. }
+        ));
+        let not_json = serde_json::from_str::<u8>("x").unwrap_err();
+        assert!(matches!(
+            seen(kube::Error::SerdeError(not_json)),
+            EdgeError::Other { .. }
+        ));
+    }
+
+    /// The report reads the edge's own message: the action and the object, then the answer.
+    #[test]
+    fn an_edge_failure_keeps_the_message_that_names_the_object() {
+        let e = seen(ClusterError::Patch {
+            target: web(),
+            source: answer(409, "the object has been modified"),
+        });
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                "failed to patch deployment/shop/web: ApiError: the object has been modified: Conflict"
+            ),
+            "{text}"
+        );
+        // A fresh read's failure names the workload, which the client's own error does not.
+        let read = seen(ClusterError::Read {
+            target: web(),
+            source: answer(404, "deployments.apps \"web\" not found"),
+        });
+        assert!(matches!(&read, EdgeError::NotFound { .. }));
+        assert!(
+            read.to_string().starts_with(
+                "failed to read deployment/shop/web: ApiError: deployments.apps \"web\" not found"
+            ),
+            "{read}"
+        );
     }
 }

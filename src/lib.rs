@@ -302,7 +302,7 @@ async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus
 struct Observed {
     inventory: model::Inventory,
     prometheus: core::history::Prometheus,
-    bare_marks: Result<mark::BareMarks, String>,
+    bare_marks: Result<mark::BareMarks, lock::LeaseError>,
     now: DateTime<Utc>,
 }
 

@@ -13,8 +13,57 @@ use tokio::sync::watch;
 use super::error::ClusterError;
 use super::retry::with_retries;
 use crate::core::literals::{BARE_ATTEMPTS_ANNOTATION, TOLD_ANNOTATION};
-use crate::core::mark::{Attempt, BareMarks, decode_bare, merge_bare};
+use crate::core::mark::{Attempt, BareMarks, MarkDecodeError, decode_bare, merge_bare};
 use crate::core::notice::Told;
+
+/// The run Lease's other uses than taking it (which `ClusterError::Lease` reports): the bare
+/// pods' marks it holds.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("failed to read the Lease {namespace}/{name}: {source}")]
+    Read {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// The bare pods' marks are unreadable: each bare pod is skipped, naming this.
+    #[error(
+        "annotation {} of the Lease {namespace}/{name}: {source}",
+        BARE_ATTEMPTS_ANNOTATION
+    )]
+    BareMarks {
+        namespace: String,
+        name: String,
+        #[source]
+        source: MarkDecodeError,
+    },
+    #[error("failed to update the Lease {name} with the attempt on pod {pod}: {source}")]
+    RecordBare {
+        /// `namespace/name`.
+        pod: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Why one renewal failed; the run retries while the lease is surely still its own.
+#[derive(Debug, thiserror::Error)]
+enum RenewError {
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+}
+
+/// What watching a held lease ended with.
+enum Expiry {
+    /// Unrenewed for its duration (or released): this run may take it over.
+    Expired(Box<Lease>),
+    /// Its holder is alive (it renewed, or another run took it), or it was deleted meanwhile.
+    Held { holder: String },
+}
 
 /// Why the run must stop (SIGTERM, the lock lost); `None` while it may go on.
 pub type Stop = Option<String>;
@@ -100,7 +149,7 @@ async fn wait_expired(
     api: &Api<Lease>,
     name: &str,
     mut lease: Lease,
-) -> Result<Result<Lease, String>, kube::Error> {
+) -> Result<Expiry, kube::Error> {
     let record = |l: &Lease| Record::of(&l.spec.clone().unwrap_or_default());
     let mut observed = observe(None, record(&lease), Instant::now());
     if !expired(&observed, Instant::now()) {
@@ -112,12 +161,13 @@ async fn wait_expired(
     }
     loop {
         if expired(&observed, Instant::now()) {
-            return Ok(Ok(lease));
+            return Ok(Expiry::Expired(Box::new(lease)));
         }
         let holder = observed.record.holder.clone().unwrap_or_default();
         tokio::time::sleep(OBSERVE_EVERY).await;
         let Some(fresh) = api.get_opt(name).await? else {
-            return Ok(Err(format!("{holder} (the lease was deleted meanwhile)")));
+            let holder = format!("{holder} (the lease was deleted meanwhile)");
+            return Ok(Expiry::Held { holder });
         };
         let before = observed.since;
         observed = observe(Some(observed), record(&fresh), Instant::now());
@@ -125,7 +175,8 @@ async fn wait_expired(
         // A changed record proves its holder alive. A release while we wait counts too: that run
         // did this tick's work, and a second run right after it would only re-plan it.
         if observed.since != before {
-            return Ok(Err(observed.record.holder.clone().unwrap_or(holder)));
+            let holder = observed.record.holder.clone().unwrap_or(holder);
+            return Ok(Expiry::Held { holder });
         }
     }
 }
@@ -170,8 +221,8 @@ pub async fn acquire(
         }
         Some(lease) => {
             let mut lease = match wait_expired(&api, name, lease).await.map_err(err)? {
-                Ok(lease) => lease,
-                Err(holder) => return Ok(Acquired::Busy { holder }),
+                Expiry::Expired(lease) => *lease,
+                Expiry::Held { holder } => return Ok(Acquired::Busy { holder }),
             };
             let current = lease.spec.clone().unwrap_or_default();
             let now = clock();
@@ -262,8 +313,8 @@ async fn renew(
                 .map(|_| None)
         };
         let result = match tokio::time::timeout(RENEW_TIMEOUT, attempt).await {
-            Ok(r) => r.map_err(|e| e.to_string()),
-            Err(_) => Err(format!("no answer within {RENEW_TIMEOUT:?}")),
+            Ok(r) => r.map_err(RenewError::from),
+            Err(_) => Err(RenewError::Timeout(RENEW_TIMEOUT)),
         };
         match result {
             Ok(None) => {
@@ -309,18 +360,24 @@ pub async fn read_bare_marks(
     client: &Client,
     namespace: &str,
     name: &str,
-) -> Result<BareMarks, String> {
+) -> Result<BareMarks, LeaseError> {
     let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
     let lease = with_retries(&format!("read the Lease {namespace}/{name}"), || {
         api.get_opt(name)
     })
     .await
-    .map_err(|e| format!("reading the Lease {namespace}/{name}: {e}"))?;
+    .map_err(|source| LeaseError::Read {
+        namespace: namespace.into(),
+        name: name.into(),
+        source,
+    })?;
     let text = lease.and_then(|l| l.metadata.annotations?.remove(BARE_ATTEMPTS_ANNOTATION));
     match text {
         None => Ok(BareMarks::new()),
-        Some(text) => decode_bare(&text).map_err(|e| {
-            format!("annotation {BARE_ATTEMPTS_ANNOTATION} of the Lease {namespace}/{name}: {e}")
+        Some(text) => decode_bare(&text).map_err(|source| LeaseError::BareMarks {
+            namespace: namespace.into(),
+            name: name.into(),
+            source,
         }),
     }
 }
@@ -358,7 +415,11 @@ impl LeaseGuard {
     }
 
     /// Records a bare pod's attempt on the Lease. Returns the marks as written.
-    pub async fn record_bare(&self, key: String, attempt: &Attempt) -> Result<BareMarks, String> {
+    pub async fn record_bare(
+        &self,
+        key: String,
+        attempt: &Attempt,
+    ) -> Result<BareMarks, LeaseError> {
         self.update_annotation(BARE_ATTEMPTS_ANNOTATION, |text| {
             // An unreadable map made the planner skip every bare pod; starting afresh is safe.
             let marks = text.and_then(|t| decode_bare(t).ok()).unwrap_or_default();
@@ -369,9 +430,10 @@ impl LeaseGuard {
             )
         })
         .await
-        .map_err(|e| {
-            let name = &self.name;
-            format!("recording the attempt on pod {key} in the Lease {name}: {e}")
+        .map_err(|source| LeaseError::RecordBare {
+            pod: key,
+            name: self.name.clone(),
+            source,
         })
     }
 
@@ -419,6 +481,58 @@ impl LeaseGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The texts a person reads when the Lease's marks cannot be used: which Lease, which
+    /// annotation or pod, and the answer.
+    #[test]
+    fn lease_failures_name_the_lease_and_what_was_wrong() {
+        let unreadable = LeaseError::BareMarks {
+            namespace: "bouncer".into(),
+            name: "bouncer".into(),
+            source: decode_bare("{").unwrap_err(),
+        };
+        assert_eq!(
+            unreadable.to_string(),
+            "annotation bouncer.dev/bare-pod-attempts of the Lease bouncer/bouncer: EOF while \
+             parsing an object at line 1 column 1"
+        );
+        let api = || {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code: 403,
+                message: "leases.coordination.k8s.io \"bouncer\" is forbidden".into(),
+                reason: "Forbidden".into(),
+                ..Default::default()
+            }))
+        };
+        let record = LeaseError::RecordBare {
+            pod: "shop/mcp".into(),
+            name: "bouncer".into(),
+            source: api(),
+        };
+        assert!(
+            record.to_string().starts_with(
+                "failed to update the Lease bouncer with the attempt on pod shop/mcp: ApiError: \
+                 leases.coordination.k8s.io \"bouncer\" is forbidden: Forbidden"
+            ),
+            "{record}"
+        );
+        let read = LeaseError::Read {
+            namespace: "bouncer".into(),
+            name: "bouncer".into(),
+            source: api(),
+        };
+        assert!(
+            matches!(&read, LeaseError::Read { source: kube::Error::Api(s), .. } if s.code == 403)
+        );
+        assert!(
+            read.to_string()
+                .starts_with("failed to read the Lease bouncer/bouncer: ")
+        );
+        assert_eq!(
+            RenewError::Timeout(RENEW_TIMEOUT).to_string(),
+            "no answer within 5s"
+        );
+    }
 
     #[test]
     fn failed_renewals_are_retried_until_the_lease_could_lapse() {

@@ -178,18 +178,45 @@ pub struct Fresh {
     pub context: Option<Context>,
 }
 
+/// Why the edge could not carry out a read or a write. The edge classifies its own error by the
+/// API server's answer, so the machine can tell causes apart without naming a client type;
+/// `message` is the edge's text, which names the action and the object.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EdgeError {
+    /// The object is not there (404): deleted since it was planned, or never created.
+    #[error("{message}")]
+    NotFound { message: String },
+    /// A condition of the write failed (409): the UID it was for (the object was deleted and
+    /// recreated), or the resourceVersion it was read at (someone wrote in between).
+    #[error("{message}")]
+    Conflict { message: String },
+    /// The identity lacks a permission (401/403): retrying will not help.
+    #[error("{message}")]
+    Forbidden { message: String },
+    /// No answer: the connection failed or the request timed out.
+    #[error("{message}")]
+    Unreachable { message: String },
+    /// Any other answer the API server refused with.
+    #[error("{message}")]
+    Api { status: u16, message: String },
+    /// bouncer's own side, before or after any answer (no run lock to write in, an answer it
+    /// could not read).
+    #[error("{message}")]
+    Other { message: String },
+}
+
 #[derive(Debug, Clone)]
 pub enum Observation {
     /// The first step of a bounce or of the queue.
     Begin,
-    Read(Result<Box<Fresh>, String>),
+    Read(Result<Box<Fresh>, EdgeError>),
     /// The value written, and the resourceVersion the patch returned.
-    Patched(Result<(String, String), String>),
+    Patched(Result<(String, String), EdgeError>),
     /// The resourceVersion the mark's patch returned (none for a bare pod's Lease).
-    Marked(Result<Option<String>, String>),
-    Operator(Result<McpServerState, String>),
-    Requested(Result<(), String>),
-    Withdrawn(Result<(), String>),
+    Marked(Result<Option<String>, EdgeError>),
+    Operator(Result<McpServerState, EdgeError>),
+    Requested(Result<(), EdgeError>),
+    Withdrawn(Result<(), EdgeError>),
     Evicted(Result<(), Failure>),
     RolledOut(Result<(), Failure>),
     /// The operator's annotation as it wrote it, and the resourceVersion where it was seen.

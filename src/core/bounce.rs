@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::core::action::{Action, Event, EventKind, Fresh, Observation, PodRef, Stage};
+use crate::core::action::{Action, EdgeError, Event, EventKind, Fresh, Observation, PodRef, Stage};
 use crate::core::mark::{Attempt, AttemptMark};
 use crate::core::model::{McpServerRef, Method, Uid, Workload};
 use crate::core::outcome::{Failure, FailureCode, Outcome, Status, attempt_outcome};
@@ -182,7 +182,7 @@ impl<'a> Machine<'a> {
             (Phase::ReadingOperator { server }, Observation::Operator(state)) => {
                 let state = match state {
                     Ok(s) => s,
-                    Err(error) => return self.skip(SkipReason::ReadFailed { error }, now),
+                    Err(e) => return self.skip(read_failed(&e), now),
                 };
                 let proxy = self.fresh.as_ref().expect("read before acting");
                 match toolhive::restart_request(&state, proxy, now) {
@@ -245,7 +245,7 @@ impl<'a> Machine<'a> {
                     self.phase = Phase::WaitingRollout { again: false };
                     self.wait_rollout(Some(version))
                 }
-                Err(e) => self.fail(Failure::new(FailureCode::PatchFailed, e), now),
+                Err(e) => self.fail(Failure::new(FailureCode::PatchFailed, e.to_string()), now),
             },
             (Phase::Requesting { server, value }, Observation::Requested(requested)) => {
                 match requested {
@@ -270,7 +270,7 @@ impl<'a> Machine<'a> {
                     // The answer may have been lost after the server took the request: it is
                     // taken back all the same.
                     Err(e) => {
-                        let failure = Failure::new(FailureCode::PatchFailed, e);
+                        let failure = Failure::new(FailureCode::PatchFailed, e.to_string());
                         self.withdraw(server, value, Status::Failed(failure))
                     }
                 }
@@ -320,14 +320,12 @@ impl<'a> Machine<'a> {
             }
             (Phase::RecheckingEviction { note, managers }, Observation::Read(read)) => {
                 let revert = Revert { note, managers };
-                let checked = read.and_then(|fresh| {
-                    recheck::before_evicting(self.limits.policy, &fresh)
-                        .map(|()| fresh.workload)
-                        .map_err(|reason| reason.to_string())
-                });
-                match checked {
-                    Ok(after) => self.start_evictions(after, Some(revert), now),
-                    Err(why) => self.reverted_untouched(revert, &why, now),
+                match read {
+                    Err(e) => self.reverted_untouched(revert, &e, now),
+                    Ok(fresh) => match recheck::before_evicting(self.limits.policy, &fresh) {
+                        Ok(()) => self.start_evictions(fresh.workload, Some(revert), now),
+                        Err(reason) => self.reverted_untouched(revert, &reason, now),
+                    },
                 }
             }
             (
@@ -375,7 +373,7 @@ impl<'a> Machine<'a> {
                     (Status::Failed(f), Ok(())) => {
                         Status::Failed(f.after_detail("the restart request was withdrawn"))
                     }
-                    (Status::Failed(f), Err(e)) => Status::Failed(f.after_detail(&e)),
+                    (Status::Failed(f), Err(e)) => Status::Failed(f.after_detail(&e.to_string())),
                     (other, _) => other,
                 };
                 self.finish(status, now)
@@ -399,13 +397,13 @@ impl<'a> Machine<'a> {
 
     fn on_fresh(
         &mut self,
-        read: Result<Box<Fresh>, String>,
+        read: Result<Box<Fresh>, EdgeError>,
         now: DateTime<Utc>,
         stop: Option<&str>,
     ) -> Action {
         let fresh = match read {
             Ok(f) => f,
-            Err(error) => return self.skip(SkipReason::ReadFailed { error }, now),
+            Err(e) => return self.skip(read_failed(&e), now),
         };
         let method = match recheck::before_acting(self.limits.policy, self.bounce, &fresh, now) {
             Ok(route) => {
@@ -595,6 +593,13 @@ impl<'a> Machine<'a> {
 
     fn restart_mut(&mut self) -> &mut Restart {
         self.restart.as_mut().expect("set before acting")
+    }
+}
+
+/// A read that failed before acting: the skip reason carries its text into the report.
+pub(crate) fn read_failed(e: &EdgeError) -> SkipReason {
+    SkipReason::ReadFailed {
+        error: e.to_string(),
     }
 }
 

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use super::{Machine, Phase, Revert};
-use crate::core::action::{Action, EventKind, PodRef};
+use crate::core::action::{Action, EdgeError, EventKind, PodRef};
 use crate::core::model::Workload;
 use crate::core::outcome::{Failure, FailureCode, Status};
 use crate::core::policy::OnRevert;
@@ -13,7 +13,7 @@ use crate::core::verify::{self, Reverters, Verdict, annotation_label};
 impl Machine<'_> {
     pub(super) fn on_verify(
         &mut self,
-        read: Result<Workload, String>,
+        read: Result<Workload, EdgeError>,
         again: bool,
         now: DateTime<Utc>,
     ) -> Action {
@@ -109,7 +109,7 @@ impl Machine<'_> {
     pub(super) fn reverted_untouched(
         &mut self,
         revert: Revert,
-        why: &str,
+        why: &dyn std::fmt::Display,
         now: DateTime<Utc>,
     ) -> Action {
         self.outcome.verification = Some(format!("{}; nothing evicted: {why}", revert.note));

@@ -3,7 +3,7 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use super::*;
-use crate::core::action::Context;
+use crate::core::action::{Context, EdgeError};
 use crate::core::history::Prometheus;
 use crate::core::model::{Kind, McpServerRef, Pdb, ToolhiveRestart, WorkloadRef};
 use crate::core::plan::tests::{NOW, OLD, deployment, pod, policy, t};
@@ -62,14 +62,14 @@ fn rolled(w: &Workload, written: &str) -> Workload {
 /// A scripted cluster: each kind of action has its answers, in order; past them, the default.
 #[derive(Default)]
 struct Script {
-    reads: VecDeque<Result<Box<Fresh>, String>>,
-    patch: Option<Result<(String, String), String>>,
+    reads: VecDeque<Result<Box<Fresh>, EdgeError>>,
+    patch: Option<Result<(String, String), EdgeError>>,
     rollouts: VecDeque<Result<(), Failure>>,
-    operator: Option<Result<McpServerState, String>>,
-    request: Option<Result<(), String>>,
+    operator: Option<Result<McpServerState, EdgeError>>,
+    request: Option<Result<(), EdgeError>>,
     acted: Option<Result<(String, String), Failure>>,
     evictions: VecDeque<Result<(), Failure>>,
-    marks: VecDeque<Result<Option<String>, String>>,
+    marks: VecDeque<Result<Option<String>, EdgeError>>,
     reverters: Vec<String>,
     /// The first action this matches is answered `Stopped`, and the run's stop is set from then.
     stop_at: Option<fn(&Action) -> bool>,
@@ -83,7 +83,7 @@ impl Script {
             Action::Read { .. } => Observation::Read(
                 self.reads
                     .pop_front()
-                    .unwrap_or_else(|| Err("no more reads scripted".into())),
+                    .unwrap_or_else(|| Err(other("no more reads scripted"))),
             ),
             Action::Patch { .. } => Observation::Patched(
                 self.patch
@@ -122,6 +122,25 @@ impl Script {
             Action::Emit(_) => Observation::Emitted,
             Action::Done(_) | Action::Finished => unreachable!("not carried out"),
         }
+    }
+}
+
+/// A scripted edge's failures, by the class the edge would give them.
+pub(crate) fn other(message: &str) -> EdgeError {
+    EdgeError::Other {
+        message: message.into(),
+    }
+}
+
+fn forbidden() -> EdgeError {
+    EdgeError::Forbidden {
+        message: "forbidden".into(),
+    }
+}
+
+fn unreachable(message: &str) -> EdgeError {
+    EdgeError::Unreachable {
+        message: message.into(),
     }
 }
 
@@ -304,7 +323,7 @@ fn a_gate_failing_on_the_fresh_read_skips_with_no_write() {
     // Its namespace's deletion began after the plan.
     let mut deleting = w.clone();
     deleting.deleting = Some(crate::core::model::Deleting::Namespace);
-    let cases: Vec<(Result<Box<Fresh>, String>, SkipReason)> = vec![
+    let cases: Vec<(Result<Box<Fresh>, EdgeError>, SkipReason)> = vec![
         (Ok(fresh(&paused)), SkipReason::Paused),
         (
             Ok(fresh(&deleting)),
@@ -320,7 +339,9 @@ fn a_gate_failing_on_the_fresh_read_skips_with_no_write() {
             },
         ),
         (
-            Err("gone".into()),
+            Err(EdgeError::NotFound {
+                message: "gone".into(),
+            }),
             SkipReason::ReadFailed {
                 error: "gone".into(),
             },
@@ -411,7 +432,7 @@ fn failures_after_the_restart_are_marked_and_told() {
         (
             Script {
                 reads: [Ok(fresh(&w))].into(),
-                patch: Some(Err("forbidden".into())),
+                patch: Some(Err(forbidden())),
                 ..Script::default()
             },
             FailureCode::PatchFailed,
@@ -426,7 +447,7 @@ fn failures_after_the_restart_are_marked_and_told() {
         ),
         (
             Script {
-                reads: [Ok(fresh(&w)), Err("timeout".into())].into(),
+                reads: [Ok(fresh(&w)), Err(unreachable("timeout"))].into(),
                 ..Script::default()
             },
             FailureCode::VerifyReadFailed,
@@ -713,12 +734,19 @@ fn no_mark_no_eviction_and_a_refused_eviction_fails() {
     let w = web(2);
     let script = Script {
         reads: [Ok(fresh(&w))].into(),
-        marks: [Err("forbidden".into())].into(),
+        marks: [Err(forbidden())].into(),
         ..Script::default()
     };
     let (actions, out) = run(&bounce_of(&w, &p), &p, script);
     assert!(!kinds(&actions).contains(&"evict"));
-    assert!(matches!(&out.status, Status::Failed(f) if f.code == FailureCode::MarkFailed));
+    let Status::Failed(f) = &out.status else {
+        panic!("{:?}", out.status)
+    };
+    assert_eq!(f.code, FailureCode::MarkFailed);
+    assert_eq!(
+        f.detail,
+        "could not record the attempt mark: forbidden; nothing was evicted"
+    );
 
     let refused = Failure::new(FailureCode::EvictionRefused, "429 until the timeout");
     let script = Script {
@@ -812,7 +840,7 @@ fn a_toolhive_request_is_withdrawn_on_every_way_out_before_the_operator_acts() {
         (
             "the answer to the request was lost",
             Script {
-                request: Some(Err("connection reset".into())),
+                request: Some(Err(unreachable("connection reset"))),
                 ..Script::default()
             },
         ),

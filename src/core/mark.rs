@@ -168,8 +168,8 @@ impl AttemptHistory {
         v
     }
 
-    pub fn decode(text: &str) -> Result<AttemptHistory, String> {
-        serde_json::from_str(text).map_err(|e| e.to_string())
+    pub fn decode(text: &str) -> Result<AttemptHistory, MarkDecodeError> {
+        Ok(serde_json::from_str(text)?)
     }
 }
 
@@ -264,6 +264,12 @@ impl AttemptMark {
     }
 }
 
+/// A mark annotation bouncer cannot read (edited by hand, cut short, or not JSON): serde's
+/// message says where and what, which is all a person needs to fix it.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct MarkDecodeError(#[from] serde_json::Error);
+
 /// Bare pods' marks on the Lease: one annotation holding `{"ns/name": mark, ...}`.
 pub type BareMarks = BTreeMap<String, AttemptHistory>;
 
@@ -271,8 +277,8 @@ pub fn bare_key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
-pub fn decode_bare(text: &str) -> Result<BareMarks, String> {
-    serde_json::from_str(text).map_err(|e| e.to_string())
+pub fn decode_bare(text: &str) -> Result<BareMarks, MarkDecodeError> {
+    Ok(serde_json::from_str(text)?)
 }
 
 /// The map with `attempt` recorded in `key`'s history and marks whose latest attempt is past
@@ -288,7 +294,12 @@ pub fn merge_bare(mut marks: BareMarks, key: String, attempt: &Attempt) -> BareM
 impl Inventory {
     /// Gives each bare pod its mark from the Lease (or, when the Lease could not be read, an
     /// unreadable mark, so bare pods are skipped rather than bounced without their history).
-    pub fn with_bare_marks(mut self, marks: &Result<BareMarks, String>) -> Inventory {
+    /// Only the failure's text is kept: the skip reports it, and the core cannot name the
+    /// edge's error.
+    pub fn with_bare_marks<E: std::fmt::Display>(
+        mut self,
+        marks: &Result<BareMarks, E>,
+    ) -> Inventory {
         for w in self
             .workloads
             .iter_mut()
@@ -300,7 +311,7 @@ impl Inventory {
                     .map_or(AttemptMark::None, |h| {
                         AttemptMark::Seen(Box::new(h.clone()))
                     }),
-                Err(e) => AttemptMark::Unreadable(e.clone()),
+                Err(e) => AttemptMark::Unreadable(e.to_string()),
             };
         }
         self
@@ -334,7 +345,7 @@ mod tests {
             text,
             r#"{"method":"evict","outcome":"failed","policy":"nightly","time":"2026-01-01T03:00:00.250Z"}"#
         );
-        assert_eq!(AttemptHistory::decode(&text), Ok(h.clone()));
+        assert_eq!(AttemptHistory::decode(&text).unwrap(), h.clone());
         assert_eq!(
             AttemptMark::from_annotations(&annotations(&text)),
             AttemptMark::Seen(Box::new(h))
@@ -346,7 +357,7 @@ mod tests {
             "{}",
             on.encode()
         );
-        assert_eq!(AttemptHistory::decode(&on.encode()), Ok(on));
+        assert_eq!(AttemptHistory::decode(&on.encode()).unwrap(), on);
         for bad in [
             r#"{"method":"evict","outcome":"failed","policy":"p","time":"2026-01-01T03:00:00Z","template":"xyz"}"#,
             "yesterday",
@@ -442,7 +453,7 @@ mod tests {
         assert!(entries.iter().all(|e| e.outcome == AttemptOutcome::Failed));
         let text = h.encode();
         assert!(text.len() < 600, "{} bytes: {text}", text.len());
-        assert_eq!(AttemptHistory::decode(&text), Ok(h.clone()));
+        assert_eq!(AttemptHistory::decode(&text).unwrap(), h.clone());
 
         // A month later, only the new attempt is left.
         let late = Attempt::new(
@@ -482,7 +493,7 @@ mod tests {
         assert_eq!(marks.keys().collect::<Vec<_>>(), ["a/mcp"]);
         assert_eq!(marks["a/mcp"].entries().count(), 1);
         let text = serde_json::to_string(&marks).unwrap();
-        assert_eq!(decode_bare(&text), Ok(marks));
+        assert_eq!(decode_bare(&text).unwrap(), marks);
         // A Lease written before the history existed.
         let old_lease = r#"{"a/mcp":{"method":"evict","outcome":"bounced","policy":"p","time":"2026-01-01T03:00:00.000Z"}}"#;
         assert_eq!(

@@ -9,7 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::core::action::{Action, Event, EventKind, Observation};
-use crate::core::bounce::{Limits, Machine};
+use crate::core::bounce::{self, Limits, Machine};
 use crate::core::group::Group;
 use crate::core::model::{Method, WorkloadRef};
 use crate::core::outcome::{Failure, FailureCode, Outcome, Status};
@@ -340,7 +340,7 @@ impl<'a> Queue<'a> {
             }
             other => {
                 let error = match other {
-                    Observation::Read(Err(e)) => e,
+                    Observation::Read(Err(e)) => e.to_string(),
                     other => format!("unexpected {other:?}"),
                 };
                 out.status = Status::Failed(Failure::new(
@@ -380,9 +380,7 @@ impl<'a> Queue<'a> {
             Observation::Read(Ok(fresh)) => {
                 recheck::before_acting(policy, b, &fresh, now).map(drop)
             }
-            Observation::Read(Err(error)) => {
-                Err(crate::core::reasons::SkipReason::ReadFailed { error })
-            }
+            Observation::Read(Err(e)) => Err(bounce::read_failed(&e)),
             other => Err(crate::core::reasons::SkipReason::ReadFailed {
                 error: format!("unexpected {other:?}"),
             }),
