@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod cluster;
 pub mod core;
+pub mod error;
 pub mod execute;
 pub mod http_text;
 pub mod notify;
@@ -19,6 +20,8 @@ use chrono::{DateTime, Utc};
 use kube::Client;
 use tokio::sync::watch;
 
+pub use crate::error::{Error, exit_with};
+
 use crate::cli::{Cli, Command, Env, LogFormat, Settings};
 use crate::cluster::error::ClusterError;
 use crate::cluster::lock::{self, Stop};
@@ -27,7 +30,8 @@ use crate::core::{explain as explainer, gitops, mark, model, plan, policy};
 use crate::report::{Format, Mode};
 
 /// Exit codes: 0 ok (also "nothing due" and "lock held"), 1 a bounce failed or the run halted,
-/// 2 invalid input or settings, 3 cluster unreachable or forbidden.
+/// 2 invalid input or settings, 3 cluster unreachable or forbidden. A command returns `Ok` or
+/// `Failed` from its report; an [`Error`] chooses its own in [`Error::exit_status`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitStatus {
     Ok = 0,
@@ -62,6 +66,18 @@ fn init_logging(format: LogFormat, filter: &str) {
 /// Runs one command. `host` names this run in the lock (the pod name in a cluster);
 /// `log_filter` is BOUNCER_LOG as read in `main`.
 pub async fn main(cli: Cli, env: Env, host: String, log_filter: Option<String>) -> ExitStatus {
+    match command(cli, env, host, log_filter).await {
+        Ok(status) => status,
+        Err(error) => exit_with(&error),
+    }
+}
+
+async fn command(
+    cli: Cli,
+    env: Env,
+    host: String,
+    log_filter: Option<String>,
+) -> Result<ExitStatus, Error> {
     let filter = cli.log.filter(log_filter);
     let log_format = cli.log.log_format.or(env.log_format);
     let (flags, mode, target) = match cli.command {
@@ -81,13 +97,7 @@ pub async fn main(cli: Cli, env: Env, host: String, log_filter: Option<String>) 
         log_format: cli.log.log_format,
         ..flags
     };
-    let settings = match Settings::merge(flags, env, dry_run_flag) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("bouncer: {e}");
-            return ExitStatus::Invalid;
-        }
-    };
+    let settings = Settings::merge(flags, env, dry_run_flag)?;
     init_logging(settings.log_format, &filter);
     match (target, mode) {
         (Some(target), _) => explain(&settings, &target).await,
@@ -98,19 +108,19 @@ pub async fn main(cli: Cli, env: Env, host: String, log_filter: Option<String>) 
 }
 
 /// The commands that never talk to a cluster.
-fn offline_command(command: Command, env: Env) -> ExitStatus {
+fn offline_command(command: Command, env: Env) -> Result<ExitStatus, Error> {
     match command {
         Command::Schema => {
             println!(
                 "{}",
                 serde_json::to_string_pretty(&policy::json_schema()).expect("schema serializes")
             );
-            ExitStatus::Ok
+            Ok(ExitStatus::Ok)
         }
         Command::Completion { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut command, "bouncer", &mut std::io::stdout());
-            ExitStatus::Ok
+            Ok(ExitStatus::Ok)
         }
         Command::Version { output } => {
             let v = cli::version::VERSION;
@@ -120,7 +130,7 @@ fn offline_command(command: Command, env: Env) -> ExitStatus {
                     println!("{}", serde_json::to_string_pretty(&v).expect("JSON"))
                 }
             }
-            ExitStatus::Ok
+            Ok(ExitStatus::Ok)
         }
         Command::Validate { paths, output } => {
             let paths = if paths.is_empty() {
@@ -132,18 +142,17 @@ fn offline_command(command: Command, env: Env) -> ExitStatus {
             };
             let result = policy::load_paths(&paths)
                 .map(|ps| ps.into_iter().map(|p| p.name).collect::<Vec<_>>());
-            let text = cli::validate::render(&result, output, |f| std::fs::read_to_string(f).ok());
             // Errors as text go to stderr, as every other error; JSON and annotations are the
             // output a CI step reads, on stdout.
-            if result.is_err() && output == cli::ValidateFormat::Text {
-                eprint!("{text}");
-            } else {
-                print!("{text}");
-            }
-            if result.is_ok() {
-                ExitStatus::Ok
-            } else {
-                ExitStatus::Invalid
+            match result {
+                Err(errors) if output == cli::ValidateFormat::Text => Err(Error::Policies(errors)),
+                result => {
+                    let read = |f: &str| std::fs::read_to_string(f).ok();
+                    print!("{}", cli::validate::render(&result, output, read));
+                    result
+                        .map(|_| ExitStatus::Ok)
+                        .map_err(Error::PoliciesListed)
+                }
             }
         }
         Command::Plan { .. } | Command::Run { .. } | Command::Explain { .. } => {
@@ -153,36 +162,15 @@ fn offline_command(command: Command, env: Env) -> ExitStatus {
 }
 
 /// `bouncer explain`: the plan's snapshot and planner, no Lease, no writes.
-async fn explain(settings: &Settings, words: &[String]) -> ExitStatus {
+async fn explain(settings: &Settings, words: &[String]) -> Result<ExitStatus, Error> {
     // A malformed target is refused before any cluster call; its namespace may need the
     // kubeconfig's, so it is resolved again once connected.
-    if let Err(e) = cli::target::resolve(words, &settings.namespaces, "default") {
-        eprintln!("bouncer: explain: {e}");
-        return ExitStatus::Invalid;
-    }
-    let policies = match policy::load_paths(&settings.policies) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("bouncer: invalid policies:\n{e}");
-            return ExitStatus::Invalid;
-        }
-    };
+    cli::target::resolve(words, &settings.namespaces, "default")?;
+    let policies = policy::load_paths(&settings.policies)?;
     let clients =
-        match cluster::connect(settings.kubeconfig.as_deref(), settings.context.as_deref()).await {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("bouncer: {e}");
-                return ExitStatus::Cluster;
-            }
-        };
+        cluster::connect(settings.kubeconfig.as_deref(), settings.context.as_deref()).await?;
     let current = clients.api.default_namespace().to_string();
-    let target = match cli::target::resolve(words, &settings.namespaces, &current) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("bouncer: explain: {e}");
-            return ExitStatus::Invalid;
-        }
-    };
+    let target = cli::target::resolve(words, &settings.namespaces, &current)?;
     let lease_ns = settings.lease_namespace.clone();
     let clients_triple = (&clients.api, &clients.lists, &clients.metrics);
     let Observed {
@@ -190,10 +178,7 @@ async fn explain(settings: &Settings, words: &[String]) -> ExitStatus {
         prometheus,
         now,
         ..
-    } = match observe(settings, clients_triple, &policies, &lease_ns).await {
-        Ok(seen) => seen,
-        Err(status) => return status,
-    };
+    } = observe(settings, clients_triple, &policies, &lease_ns).await?;
     let limits = plan::Limits {
         max_bounces: settings.max_bounces,
         rollout_timeout: settings.rollout_timeout,
@@ -202,10 +187,7 @@ async fn explain(settings: &Settings, words: &[String]) -> ExitStatus {
     let Some(mut explanation) =
         explainer::explain(&target, &policies, &inventory, &prometheus, &plan)
     else {
-        eprintln!(
-            "bouncer: explain: {target} not found (no such workload in the namespaces bouncer reads, or no pod of it is running)"
-        );
-        return ExitStatus::Failed;
+        return Err(Error::NotFound { target });
     };
     // Only context: a workload that cannot be read again is explained without it.
     match cluster::gitops::facts(&clients.api, &target).await {
@@ -223,27 +205,14 @@ async fn explain(settings: &Settings, words: &[String]) -> ExitStatus {
         ),
         Format::Table | Format::Markdown => print!("{}", explainer::text(&explanation)),
     }
-    ExitStatus::Ok
+    Ok(ExitStatus::Ok)
 }
 
-async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus {
+async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> Result<ExitStatus, Error> {
     // Policies first: invalid input must fail before anything touches the cluster.
-    let policies = match policy::load_paths(&settings.policies) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("bouncer: invalid policies:\n{e}");
-            return ExitStatus::Invalid;
-        }
-    };
-    let cluster_failed = |e: ClusterError| {
-        eprintln!("bouncer: {e}");
-        ExitStatus::Cluster
-    };
+    let policies = policy::load_paths(&settings.policies)?;
     let clients =
-        match cluster::connect(settings.kubeconfig.as_deref(), settings.context.as_deref()).await {
-            Ok(c) => c,
-            Err(e) => return cluster_failed(e),
-        };
+        cluster::connect(settings.kubeconfig.as_deref(), settings.context.as_deref()).await?;
     let cluster::Clients {
         api: client,
         lists,
@@ -274,9 +243,9 @@ async fn plan_and_run(settings: &Settings, mode: Mode, host: &str) -> ExitStatus
                     settings.lease_name
                 );
                 signals.abort();
-                return ExitStatus::Ok;
+                return Ok(ExitStatus::Ok);
             }
-            Err(e) => return cluster_failed(e),
+            Err(e) => return Err(e.into()),
         }
     }
 
@@ -311,7 +280,7 @@ async fn observe(
     (client, lists, metrics): (&Client, &Client, &Client),
     policies: &[policy::Policy],
     lease_ns: &str,
-) -> Result<Observed, ExitStatus> {
+) -> Result<Observed, ClusterError> {
     let needs = core::history::needs(policies, &settings.namespaces);
     // Bare pods' attempt marks live on the run Lease (in a run, read after taking it, so they
     // are current); read only when a policy may bounce bare pods (a plan is otherwise LISTs
@@ -343,10 +312,7 @@ async fn observe(
             bare_marks,
             now,
         }),
-        Err(e) => {
-            eprintln!("bouncer: {e}");
-            Err(ExitStatus::Cluster)
-        }
+        Err(e) => Err(e),
     }
 }
 
@@ -358,17 +324,14 @@ async fn run_locked(
     policies: &[policy::Policy],
     (lease, lease_ns): (Option<&lock::LeaseGuard>, &str),
     stop: watch::Receiver<Stop>,
-) -> ExitStatus {
+) -> Result<ExitStatus, Error> {
     let started = std::time::Instant::now();
     let Observed {
         inventory,
         prometheus,
         bare_marks,
         now,
-    } = match observe(settings, (client, &lists, &metrics), policies, lease_ns).await {
-        Ok(seen) => seen,
-        Err(status) => return status,
-    };
+    } = observe(settings, (client, &lists, &metrics), policies, lease_ns).await?;
     // Their connections (and the read buffers the LISTs grew) close: nothing reads through
     // them again. Closing is the clients' and connections' own tasks' work, which run while
     // this one yields: a few turns let them finish before the plan is made.
@@ -447,11 +410,11 @@ async fn run_locked(
             path.display()
         );
     }
-    if halted {
+    Ok(if halted {
         ExitStatus::Failed
     } else {
         ExitStatus::Ok
-    }
+    })
 }
 
 fn format_for(path: &Path) -> Format {

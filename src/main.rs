@@ -9,10 +9,7 @@ fn main() -> ExitCode {
     let cli = bouncer::cli::Cli::parse();
     let env = match bouncer::cli::Env::from_env() {
         Ok(env) => env,
-        Err(e) => {
-            eprintln!("bouncer: {e}");
-            return bouncer::ExitStatus::Invalid.into();
-        }
+        Err(e) => return bouncer::exit_with(&e.into()).into(),
     };
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "local".into());
     // One thread: the snapshot's LISTs are concurrent on one task anyway, and a runtime with a

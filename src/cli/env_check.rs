@@ -36,8 +36,24 @@ pub fn known(own: &[&str]) -> Vec<String> {
     names
 }
 
+/// A `BOUNCER_*` variable bouncer does not read, with the known name closest to it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown environment variable {name} (did you mean {closest}?); bouncer refuses to start \
+     rather than ignore a setting it does not know. Known: {}",
+    .known.join(", ")
+)]
+pub struct UnknownVariable {
+    pub name: String,
+    pub closest: String,
+    pub known: Vec<String>,
+}
+
 /// The first unknown `BOUNCER_*` name among `names`, as an error naming the closest of `known`.
-pub fn unknown(names: impl IntoIterator<Item = String>, known: &[String]) -> Result<(), String> {
+pub fn unknown(
+    names: impl IntoIterator<Item = String>,
+    known: &[String],
+) -> Result<(), UnknownVariable> {
     let mut unknown: Vec<String> = names
         .into_iter()
         .filter(|n| n.starts_with("BOUNCER_"))
@@ -51,11 +67,11 @@ pub fn unknown(names: impl IntoIterator<Item = String>, known: &[String]) -> Res
         .iter()
         .min_by_key(|k| (distance(name, k), k.as_str()))
         .expect("bouncer knows some variables");
-    Err(format!(
-        "unknown environment variable {name} (did you mean {closest}?); bouncer refuses to \
-         start rather than ignore a setting it does not know. Known: {}",
-        known.join(", ")
-    ))
+    Err(UnknownVariable {
+        name: name.clone(),
+        closest: closest.clone(),
+        known: known.to_vec(),
+    })
 }
 
 fn tooling(name: &str) -> bool {
@@ -138,7 +154,7 @@ mod tests {
         super::known(&[&own[..], &["log_format"]].concat())
     }
 
-    fn check(names: &[&str]) -> Result<(), String> {
+    fn check(names: &[&str]) -> Result<(), UnknownVariable> {
         unknown(names.iter().map(|n| n.to_string()), &known())
     }
 
@@ -155,13 +171,17 @@ mod tests {
             ),
         ] {
             let err = check(&["HOME", "BOUNCER_DRY_RUN", typo]).unwrap_err();
-            assert!(
-                err.starts_with(&format!(
-                    "unknown environment variable {typo} (did you mean {closest}?)"
-                )),
-                "{err}"
-            );
+            assert_eq!((err.name.as_str(), err.closest.as_str()), (typo, closest));
         }
+        let err = check(&["BOUNCER_DRYRUN"]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "unknown environment variable BOUNCER_DRYRUN (did you mean BOUNCER_DRY_RUN?); \
+                 bouncer refuses to start rather than ignore a setting it does not know. Known: {}",
+                known().join(", ")
+            )
+        );
     }
 
     #[test]

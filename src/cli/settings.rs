@@ -5,8 +5,67 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::env_check::UnknownVariable;
 use super::{Flags, LogFormat};
+use crate::notify::UrlParseError;
 use crate::report::Format;
+
+const PROMETHEUS_URL: &str = "--prometheus-url / BOUNCER_PROMETHEUS_URL";
+
+/// A setting that was refused, from the environment or a flag; each message names the flag or
+/// variable, and what was wrong with its value.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error(transparent)]
+    UnknownVariable(#[from] UnknownVariable),
+    #[error("{}", env_text(.0))]
+    Env(#[source] envy::Error),
+    #[error("{var}: {value:?} is not a duration (e.g. 10m): {source}")]
+    Duration {
+        var: &'static str,
+        value: String,
+        #[source]
+        source: humantime::DurationError,
+    },
+    #[error("--max-bounces / BOUNCER_MAX_BOUNCES: must be at least 1")]
+    NoBounces,
+    #[error("{setting}: must be positive")]
+    NotPositive { setting: &'static str },
+    #[error("{}: needed with a Prometheus bearer token or CA file", PROMETHEUS_URL)]
+    PrometheusUrlNeeded,
+    #[error("{}: {url:?} is not a URL: {source}", PROMETHEUS_URL)]
+    PrometheusNotAUrl {
+        url: String,
+        #[source]
+        source: UrlParseError,
+    },
+    /// `url` is shown without its password, if it has one.
+    #[error("{}: {url} must be an http:// or https:// URL", PROMETHEUS_URL)]
+    PrometheusNotHttp { url: reqwest::Url },
+    #[error(
+        "--prometheus-bearer-token-file / BOUNCER_PROMETHEUS_BEARER_TOKEN_FILE: a bearer token is \
+         sent only over https, but {} is {url}",
+        PROMETHEUS_URL
+    )]
+    TokenOverHttp { url: reqwest::Url },
+    #[error(transparent)]
+    Notify(#[from] crate::notify::SettingsError),
+}
+
+fn env_text(e: &envy::Error) -> String {
+    match e {
+        envy::Error::Custom(msg) => format!("invalid BOUNCER_* environment variable: {msg}"),
+        envy::Error::MissingValue(v) => format!("missing BOUNCER_{}", v.to_uppercase()),
+    }
+}
+
+/// A URL as an error message may show it: a password in it is a credential.
+fn without_password(mut url: reqwest::Url) -> reqwest::Url {
+    if url.password().is_some() {
+        let _ = url.set_password(Some("***"));
+    }
+    url
+}
 
 /// Declares [`Env`] and the list of its own variables' names together, so the check for
 /// unknown `BOUNCER_*` variables can never miss a field added here.
@@ -50,17 +109,12 @@ env_struct! {
 impl Env {
     /// Reads the process environment; an unknown `BOUNCER_*` variable is an error (see
     /// [`super::env_check`]).
-    pub fn from_env() -> Result<Env, String> {
+    pub fn from_env() -> Result<Env, SettingsError> {
         let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
         super::env_check::unknown(names, &super::env_check::known(OWN_VARIABLES))?;
         envy::prefixed("BOUNCER_")
             .from_env::<Env>()
-            .map_err(|e| match e {
-                envy::Error::Custom(msg) => {
-                    format!("invalid BOUNCER_* environment variable: {msg}")
-                }
-                envy::Error::MissingValue(v) => format!("missing BOUNCER_{}", v.to_uppercase()),
-            })
+            .map_err(SettingsError::Env)
     }
 }
 
@@ -90,21 +144,27 @@ pub struct Settings {
     pub notify: crate::notify::Settings,
 }
 
-fn duration(var: &str, value: Option<String>, default: Duration) -> Result<Duration, String> {
+fn duration(
+    var: &'static str,
+    value: Option<String>,
+    default: Duration,
+) -> Result<Duration, SettingsError> {
     match value {
         None => Ok(default),
-        Some(v) => humantime::parse_duration(&v)
-            .map_err(|e| format!("{var}: {v:?} is not a duration (e.g. 10m): {e}")),
+        Some(value) => match humantime::parse_duration(&value) {
+            Ok(d) => Ok(d),
+            Err(source) => Err(SettingsError::Duration { var, value, source }),
+        },
     }
 }
 
 impl Settings {
-    pub fn merge(flags: Flags, env: Env, dry_run_flag: bool) -> Result<Settings, String> {
+    pub fn merge(flags: Flags, env: Env, dry_run_flag: bool) -> Result<Settings, SettingsError> {
         let non_empty = |v: Vec<String>| if v.is_empty() { None } else { Some(v) };
         let prometheus = prometheus(&flags, &env)?;
         let max_bounces = flags.max_bounces.or(env.max_bounces).unwrap_or(10);
         if max_bounces == 0 {
-            return Err("--max-bounces / BOUNCER_MAX_BOUNCES: must be at least 1".into());
+            return Err(SettingsError::NoBounces);
         }
         let rollout_timeout = match flags.rollout_timeout {
             Some(d) => d,
@@ -115,7 +175,9 @@ impl Settings {
             )?,
         };
         if rollout_timeout.is_zero() {
-            return Err("--rollout-timeout / BOUNCER_ROLLOUT_TIMEOUT: must be positive".into());
+            return Err(SettingsError::NotPositive {
+                setting: "--rollout-timeout / BOUNCER_ROLLOUT_TIMEOUT",
+            });
         }
         Ok(Settings {
             policies: if flags.policies.is_empty() {
@@ -166,8 +228,7 @@ impl Settings {
 fn prometheus(
     flags: &Flags,
     env: &Env,
-) -> Result<Option<crate::cluster::prometheus::Settings>, String> {
-    const NAME: &str = "--prometheus-url / BOUNCER_PROMETHEUS_URL";
+) -> Result<Option<crate::cluster::prometheus::Settings>, SettingsError> {
     let url = flags
         .prometheus_url
         .clone()
@@ -190,27 +251,28 @@ fn prometheus(
         )?,
     };
     if timeout.is_zero() {
-        return Err("--prometheus-timeout / BOUNCER_PROMETHEUS_TIMEOUT: must be positive".into());
+        return Err(SettingsError::NotPositive {
+            setting: "--prometheus-timeout / BOUNCER_PROMETHEUS_TIMEOUT",
+        });
     }
     let Some(url) = url else {
         if bearer_token_file.is_some() || ca_file.is_some() {
-            return Err(format!(
-                "{NAME}: needed with a Prometheus bearer token or CA file"
-            ));
+            return Err(SettingsError::PrometheusUrlNeeded);
         }
         return Ok(None);
     };
-    let url = reqwest::Url::parse(url.trim())
-        .map_err(|e| format!("{NAME}: {url:?} is not a URL: {e}"))?;
+    let url = match reqwest::Url::parse(url.trim()) {
+        Ok(url) => url,
+        Err(source) => return Err(SettingsError::PrometheusNotAUrl { url, source }),
+    };
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(format!("{NAME}: {url} must be an http:// or https:// URL"));
+        let url = without_password(url);
+        return Err(SettingsError::PrometheusNotHttp { url });
     }
     // Anyone on the path could read a token sent in clear and query Prometheus as bouncer.
     if bearer_token_file.is_some() && url.scheme() != "https" {
-        return Err(format!(
-            "--prometheus-bearer-token-file / BOUNCER_PROMETHEUS_BEARER_TOKEN_FILE: a bearer \
-             token is sent only over https, but {NAME} is {url}"
-        ));
+        let url = without_password(url);
+        return Err(SettingsError::TokenOverHttp { url });
     }
     Ok(Some(crate::cluster::prometheus::Settings {
         url,
@@ -271,42 +333,84 @@ mod tests {
         assert_eq!(s.url.as_str(), "http://prometheus.monitoring:9090/prom/");
         assert_eq!(s.timeout, Duration::from_secs(3));
         assert_eq!(s.ca_file, Some(PathBuf::from("/ca.pem")));
-        for (env, want) in [
-            (
-                Env {
-                    prometheus_url: Some("prometheus:9090".into()),
-                    ..Default::default()
-                },
-                "BOUNCER_PROMETHEUS_URL",
+        let refused = |env: Env| Settings::merge(Flags::default(), env, false).unwrap_err();
+        let err = refused(Env {
+            prometheus_url: Some("prometheus:9090".into()),
+            ..Default::default()
+        });
+        assert!(
+            matches!(err, SettingsError::PrometheusNotHttp { .. }),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "--prometheus-url / BOUNCER_PROMETHEUS_URL: prometheus:9090 must be an http:// or \
+             https:// URL"
+        );
+        let err = refused(Env {
+            prometheus_url: Some("http://[::1".into()),
+            ..Default::default()
+        });
+        assert!(
+            matches!(err, SettingsError::PrometheusNotAUrl { .. }),
+            "{err:?}"
+        );
+        let err = refused(Env {
+            prometheus_bearer_token_file: Some("/token".into()),
+            ..Default::default()
+        });
+        assert!(matches!(err, SettingsError::PrometheusUrlNeeded), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "--prometheus-url / BOUNCER_PROMETHEUS_URL: needed with a Prometheus bearer token or \
+             CA file"
+        );
+        let err = refused(Env {
+            prometheus_url: Some("http://prometheus.monitoring:9090".into()),
+            prometheus_bearer_token_file: Some("/token".into()),
+            ..Default::default()
+        });
+        assert!(
+            matches!(err, SettingsError::TokenOverHttp { .. }),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "--prometheus-bearer-token-file / BOUNCER_PROMETHEUS_BEARER_TOKEN_FILE: a bearer token \
+             is sent only over https, but --prometheus-url / BOUNCER_PROMETHEUS_URL is \
+             http://prometheus.monitoring:9090/"
+        );
+        // A password in the URL is not repeated in the message.
+        let err = refused(Env {
+            prometheus_url: Some("http://bouncer:hunter2@prometheus:9090".into()),
+            prometheus_bearer_token_file: Some("/token".into()),
+            ..Default::default()
+        });
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        let err = refused(Env {
+            prometheus_url: Some("http://p:9090".into()),
+            prometheus_timeout: Some("soon".into()),
+            ..Default::default()
+        });
+        assert!(
+            matches!(
+                err,
+                SettingsError::Duration {
+                    var: "BOUNCER_PROMETHEUS_TIMEOUT",
+                    ..
+                }
             ),
-            (
-                Env {
-                    prometheus_bearer_token_file: Some("/token".into()),
-                    ..Default::default()
-                },
-                "needed with a Prometheus bearer token",
-            ),
-            (
-                Env {
-                    prometheus_url: Some("http://prometheus.monitoring:9090".into()),
-                    prometheus_bearer_token_file: Some("/token".into()),
-                    ..Default::default()
-                },
-                "BOUNCER_PROMETHEUS_BEARER_TOKEN_FILE: a bearer token is sent only over https, \
-                 but --prometheus-url / BOUNCER_PROMETHEUS_URL is http://prometheus.monitoring:9090/",
-            ),
-            (
-                Env {
-                    prometheus_url: Some("http://p:9090".into()),
-                    prometheus_timeout: Some("soon".into()),
-                    ..Default::default()
-                },
-                "BOUNCER_PROMETHEUS_TIMEOUT",
-            ),
-        ] {
-            let err = Settings::merge(Flags::default(), env, false).unwrap_err();
-            assert!(err.contains(want), "{err}");
-        }
+            "{err:?}"
+        );
+        let err = refused(Env {
+            prometheus_timeout: Some("0s".into()),
+            ..Default::default()
+        });
+        assert!(
+            matches!(err, SettingsError::NotPositive { setting }
+                if setting == "--prometheus-timeout / BOUNCER_PROMETHEUS_TIMEOUT"),
+            "{err:?}"
+        );
     }
 
     #[test]
@@ -332,20 +436,67 @@ mod tests {
 
     #[test]
     fn bad_settings_name_the_variable() {
-        let env = Env {
+        let refused = |env: Env| Settings::merge(Flags::default(), env, false).unwrap_err();
+        let err = refused(Env {
             rollout_timeout: Some("soon".into()),
             ..Default::default()
-        };
-        let err = Settings::merge(Flags::default(), env, false).unwrap_err();
-        assert!(err.contains("BOUNCER_ROLLOUT_TIMEOUT"), "{err}");
-        let env = Env {
+        });
+        assert!(
+            matches!(&err, SettingsError::Duration { var: "BOUNCER_ROLLOUT_TIMEOUT", value, .. }
+                if value == "soon"),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("BOUNCER_ROLLOUT_TIMEOUT: \"soon\" is not a duration (e.g. 10m): "),
+            "{err}"
+        );
+        let err = refused(Env {
             max_bounces: Some(0),
             ..Default::default()
-        };
+        });
+        assert!(matches!(err, SettingsError::NoBounces));
+        assert_eq!(
+            err.to_string(),
+            "--max-bounces / BOUNCER_MAX_BOUNCES: must be at least 1"
+        );
+        let err = refused(Env {
+            rollout_timeout: Some("0s".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            err.to_string(),
+            "--rollout-timeout / BOUNCER_ROLLOUT_TIMEOUT: must be positive"
+        );
+        // A notification setting's error is the notify module's, passed through.
+        let err = refused(Env {
+            notify: crate::notify::Env {
+                notify_retries: Some("9".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        assert!(matches!(
+            err,
+            SettingsError::Notify(crate::notify::SettingsError::TooManyRetries { .. })
+        ));
+    }
+
+    #[test]
+    fn a_value_the_environment_cannot_hold_names_the_variable() {
+        let err: envy::Error = envy::prefixed("BOUNCER_")
+            .from_iter::<_, Env>([("BOUNCER_MAX_BOUNCES".to_string(), "many".to_string())])
+            .unwrap_err();
+        let err = SettingsError::Env(err);
         assert!(
-            Settings::merge(Flags::default(), env, false)
-                .unwrap_err()
-                .contains("BOUNCER_MAX_BOUNCES")
+            err.to_string()
+                .starts_with("invalid BOUNCER_* environment variable: "),
+            "{err}"
+        );
+        assert!(err.to_string().contains("MAX_BOUNCES"), "{err}");
+        assert_eq!(
+            SettingsError::Env(envy::Error::MissingValue("max_bounces")).to_string(),
+            "missing BOUNCER_MAX_BOUNCES"
         );
     }
 }

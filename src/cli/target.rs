@@ -1,8 +1,30 @@
 //! `bouncer explain` names a workload as kubectl does: `deploy/web -n shop`, `deploy web -n
 //! shop`, or today's `deploy/shop/web`.
 
-use crate::core::explain::parse_target;
+use crate::core::explain::{TargetError, parse_target};
 use crate::core::model::WorkloadRef;
+
+/// Why the words after `explain` name no workload; each message starts with the target as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    #[error("{target:?}: give one namespace with -n, not {}", .namespaces.join(", "))]
+    ManyNamespaces {
+        target: String,
+        namespaces: Vec<String>,
+    },
+    #[error("{target:?} is in namespace {namespace}, outside -n {}", .namespaces.join(", "))]
+    OutsideNamespaces {
+        target: String,
+        namespace: String,
+        namespaces: Vec<String>,
+    },
+    #[error(
+        "{target:?}: expected KIND/NAME (with -n NAMESPACE) or KIND/NAMESPACE/NAME, e.g. deploy/vmcp-main -n toolhive-system"
+    )]
+    Shape { target: String },
+    #[error(transparent)]
+    Target(#[from] TargetError),
+}
 
 /// Resolves the words after `explain`. `namespaces` are the -n/--namespaces given; `current` is
 /// the kubeconfig context's namespace, used when no namespace is given.
@@ -10,7 +32,7 @@ pub fn resolve(
     words: &[String],
     namespaces: &[String],
     current: &str,
-) -> Result<WorkloadRef, String> {
+) -> Result<WorkloadRef, ResolveError> {
     let joined = words.join("/");
     let parts: Vec<&str> = joined.split('/').collect();
     match parts.as_slice() {
@@ -19,26 +41,25 @@ pub fn resolve(
                 [] => current,
                 [one] => one.as_str(),
                 _ => {
-                    return Err(format!(
-                        "{joined:?}: give one namespace with -n, not {}",
-                        namespaces.join(", ")
-                    ));
+                    return Err(ResolveError::ManyNamespaces {
+                        target: joined,
+                        namespaces: namespaces.to_vec(),
+                    });
                 }
             };
-            parse_target(&format!("{kind}/{namespace}/{name}"))
+            Ok(parse_target(&format!("{kind}/{namespace}/{name}"))?)
         }
         [_, namespace, _] => {
             if !namespaces.is_empty() && !namespaces.iter().any(|n| n == namespace) {
-                return Err(format!(
-                    "{joined:?} is in namespace {namespace}, outside -n {}",
-                    namespaces.join(", ")
-                ));
+                return Err(ResolveError::OutsideNamespaces {
+                    namespace: namespace.to_string(),
+                    target: joined,
+                    namespaces: namespaces.to_vec(),
+                });
             }
-            parse_target(&joined)
+            Ok(parse_target(&joined)?)
         }
-        _ => Err(format!(
-            "{joined:?}: expected KIND/NAME (with -n NAMESPACE) or KIND/NAMESPACE/NAME, e.g. deploy/vmcp-main -n toolhive-system"
-        )),
+        _ => Err(ResolveError::Shape { target: joined }),
     }
 }
 
@@ -74,15 +95,49 @@ mod tests {
 
     #[test]
     fn ambiguous_or_malformed_targets_are_refused() {
+        let refused =
+            |w: &[&str], ns: &[&str]| resolve(&words(w), &words(ns), "default").unwrap_err();
+        assert!(matches!(
+            refused(&["deploy/web"], &["a", "b"]),
+            ResolveError::ManyNamespaces { ref namespaces, .. } if namespaces == &["a", "b"]
+        ));
+        assert!(matches!(
+            refused(&["deploy/shop/web"], &["other"]),
+            ResolveError::OutsideNamespaces { ref namespace, .. } if namespace == "shop"
+        ));
+        assert!(matches!(refused(&["web"], &[]), ResolveError::Shape { .. }));
+        assert!(matches!(
+            refused(&["deploy/a/b/c"], &[]),
+            ResolveError::Shape { .. }
+        ));
+        assert!(matches!(
+            refused(&["cronjob/web"], &[]),
+            ResolveError::Target(TargetError::UnknownKind { ref kind, .. }) if kind == "cronjob"
+        ));
+        // The words a person reads after "bouncer: explain: ".
         for (w, ns, want) in [
-            (&["deploy/web"][..], &["a", "b"][..], "give one namespace"),
-            (&["deploy/shop/web"], &["other"], "outside -n other"),
-            (&["web"], &[], "expected KIND/NAME"),
-            (&["cronjob/web"], &[], "unknown kind"),
-            (&["deploy/a/b/c"], &[], "expected KIND/NAME"),
+            (
+                &["deploy/web"][..],
+                &["a", "b"][..],
+                "\"deploy/web\": give one namespace with -n, not a, b",
+            ),
+            (
+                &["deploy/shop/web"],
+                &["other", "more"],
+                "\"deploy/shop/web\" is in namespace shop, outside -n other, more",
+            ),
+            (
+                &["web"],
+                &[],
+                "\"web\": expected KIND/NAME (with -n NAMESPACE) or KIND/NAMESPACE/NAME, e.g. deploy/vmcp-main -n toolhive-system",
+            ),
+            (
+                &["cronjob", "web"],
+                &[],
+                "\"cronjob/default/web\": unknown kind \"cronjob\" (deploy, sts, ds or pod)",
+            ),
         ] {
-            let err = resolve(&words(w), &words(ns), "default").unwrap_err();
-            assert!(err.contains(want), "{w:?}: {err}");
+            assert_eq!(refused(w, ns).to_string(), want, "{w:?}");
         }
     }
 }

@@ -20,14 +20,23 @@ use crate::core::quantity::format_bytes;
 use crate::core::reasons::{memory_text, schedule_text};
 use crate::core::trend;
 
+/// Why a `KIND/NAMESPACE/NAME` target was refused; each message starts with the target as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    #[error("{text:?}: expected KIND/NAMESPACE/NAME, e.g. deploy/toolhive-system/vmcp-main")]
+    Shape { text: String },
+    #[error("{text:?}: unknown kind {kind:?} (deploy, sts, ds or pod)")]
+    UnknownKind { text: String, kind: String },
+    #[error("{text:?}: the namespace and the name must not be empty")]
+    Empty { text: String },
+}
+
 /// Parses `KIND/NAMESPACE/NAME` as kubectl spells kinds: `deploy`, `deployment(s)`, `sts`,
 /// `statefulset(s)`, `ds`, `daemonset(s)`, `po`, `pod(s)`, any case.
-pub fn parse_target(text: &str) -> Result<WorkloadRef, String> {
+pub fn parse_target(text: &str) -> Result<WorkloadRef, TargetError> {
     let parts: Vec<&str> = text.split('/').collect();
     let [kind, namespace, name] = parts.as_slice() else {
-        return Err(format!(
-            "{text:?}: expected KIND/NAMESPACE/NAME, e.g. deploy/toolhive-system/vmcp-main"
-        ));
+        return Err(TargetError::Shape { text: text.into() });
     };
     let kind = match kind.to_ascii_lowercase().as_str() {
         "deploy" | "deployment" | "deployments" => Kind::Deployment,
@@ -35,15 +44,14 @@ pub fn parse_target(text: &str) -> Result<WorkloadRef, String> {
         "ds" | "daemonset" | "daemonsets" => Kind::DaemonSet,
         "po" | "pod" | "pods" => Kind::Pod,
         other => {
-            return Err(format!(
-                "{text:?}: unknown kind {other:?} (deploy, sts, ds or pod)"
-            ));
+            return Err(TargetError::UnknownKind {
+                text: text.into(),
+                kind: other.into(),
+            });
         }
     };
     if namespace.is_empty() || name.is_empty() {
-        return Err(format!(
-            "{text:?}: the namespace and the name must not be empty"
-        ));
+        return Err(TargetError::Empty { text: text.into() });
     }
     Ok(WorkloadRef {
         kind,
@@ -427,9 +435,38 @@ mod tests {
             Kind::DaemonSet
         );
         assert_eq!(parse_target("po/a/b").unwrap().kind, Kind::Pod);
-        for bad in ["deploy/a", "job/a/b", "deploy//b", "a/b/c/d"] {
-            assert!(parse_target(bad).is_err(), "{bad}");
+        let shape = |text: &str| TargetError::Shape { text: text.into() };
+        for (bad, want) in [
+            ("deploy/a", shape("deploy/a")),
+            ("a/b/c/d", shape("a/b/c/d")),
+            (
+                "job/a/b",
+                TargetError::UnknownKind {
+                    text: "job/a/b".into(),
+                    kind: "job".into(),
+                },
+            ),
+            (
+                "deploy//b",
+                TargetError::Empty {
+                    text: "deploy//b".into(),
+                },
+            ),
+        ] {
+            assert_eq!(parse_target(bad), Err(want), "{bad}");
         }
+        assert_eq!(
+            parse_target("Job/a/b").unwrap_err().to_string(),
+            "\"Job/a/b\": unknown kind \"job\" (deploy, sts, ds or pod)"
+        );
+        assert_eq!(
+            parse_target("deploy/a//b").unwrap_err().to_string(),
+            "\"deploy/a//b\": expected KIND/NAMESPACE/NAME, e.g. deploy/toolhive-system/vmcp-main"
+        );
+        assert_eq!(
+            parse_target("po/a/").unwrap_err().to_string(),
+            "\"po/a/\": the namespace and the name must not be empty"
+        );
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub fn effective<'p>(policy: &'p Policy, w: &Workload) -> Result<Cow<'p, Policy>
             return Err(invalid(a, problem));
         }
         (Some(a), None) => {
-            let bytes = bytes_value(a.1).map_err(|p| invalid(a, p))?;
+            let bytes = bytes_value(a.1).map_err(|p| invalid(a, p.to_string()))?;
             let lowest = match (policy.overrides.min_memory_above, own) {
                 (Some(min), _) | (None, Some(Threshold::Bytes(min))) => Some(min),
                 _ => None,
@@ -71,7 +71,7 @@ pub fn effective<'p>(policy: &'p Policy, w: &Workload) -> Result<Cow<'p, Policy>
             let number =
                 p.1.parse::<f64>()
                     .map_err(|_| invalid(p, "not a number".into()))?;
-            let number = percent_value(number).map_err(|e| invalid(p, e))?;
+            let number = percent_value(number).map_err(|e| invalid(p, e.to_string()))?;
             let lowest = match (policy.overrides.min_percent_of_limit, own) {
                 (Some(min), _) | (None, Some(Threshold::PercentOfLimit(min))) => Some(min),
                 _ => None,
@@ -96,7 +96,7 @@ pub fn effective<'p>(policy: &'p Policy, w: &Workload) -> Result<Cow<'p, Policy>
         memory.threshold = Some(threshold);
     }
     if let Some(c) = cooldown {
-        let value = duration_value(c.1).map_err(|p| invalid(c, p))?;
+        let value = duration_value(c.1).map_err(|p| invalid(c, p.to_string()))?;
         let lowest = policy.overrides.min_cooldown.unwrap_or(policy.cooldown);
         if value < lowest {
             let lowest = humantime::format_duration(lowest).to_string();

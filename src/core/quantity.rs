@@ -1,12 +1,27 @@
 //! Kubernetes resource quantities ("1536Mi", "2G", "1.5Gi", "129e6") as whole bytes.
 
+/// Why a text is not a quantity of bytes. The messages leave out the text itself: the caller
+/// names the field and quotes the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuantityError {
+    #[error("must not be negative")]
+    Negative,
+    #[error("expected a number followed by an optional suffix (Ki, Mi, Gi, k, M, G, ...)")]
+    NotANumber,
+    #[error("unknown suffix {suffix:?} (use Ki, Mi, Gi, Ti, k, M, G, T or e<N>)")]
+    UnknownSuffix { suffix: String },
+    /// More bytes than a u64 holds (16Ei less one byte).
+    #[error("too large (at most 16Ei less one byte)")]
+    TooLarge,
+}
+
 /// Bytes in a Kubernetes quantity: binary suffixes Ki..Ei, decimal m, k, M..E, exponents e/E, or
 /// none. Fractional bytes round up (a threshold never moves below what was written).
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
+pub fn parse_bytes(text: &str) -> Result<u64, QuantityError> {
     let s = text.trim();
     let s = s.strip_prefix('+').unwrap_or(s);
     if s.starts_with('-') {
-        return Err("must not be negative".into());
+        return Err(QuantityError::Negative);
     }
     let number_len = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -14,9 +29,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let (number, suffix) = s.split_at(number_len);
     let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
     if int_part.is_empty() && frac_part.is_empty() || frac_part.contains('.') {
-        return Err(
-            "expected a number followed by an optional suffix (Ki, Mi, Gi, k, M, G, ...)".into(),
-        );
+        return Err(QuantityError::NotANumber);
     }
     // value = mantissa * 2^bin * 10^dec, with the fraction folded into dec.
     let (bin, dec): (u32, i64) = match suffix {
@@ -37,9 +50,9 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         _ => match suffix.strip_prefix(['e', 'E']).map(str::parse::<i64>) {
             Some(Ok(exp)) if exp.abs() <= 1000 => (0, exp),
             _ => {
-                return Err(format!(
-                    "unknown suffix {suffix:?} (use Ki, Mi, Gi, Ti, k, M, G, T or e<N>)"
-                ));
+                return Err(QuantityError::UnknownSuffix {
+                    suffix: suffix.to_string(),
+                });
             }
         },
     };
@@ -48,7 +61,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     if digits.is_empty() {
         return Ok(0);
     }
-    let too_large = || "too large".to_string();
+    let too_large = || QuantityError::TooLarge;
     if digits.len() > 38 {
         return Err(too_large());
     }
@@ -133,14 +146,38 @@ mod tests {
 
     #[test]
     fn bad_quantities_are_rejected() {
-        for text in [
-            "", "-1Gi", "-0", "Gi", "1GB", "1gi", "1.2.3", "1 Gi", "1e", "1e1.5", "abc", "16Ei",
-            "1e30",
-        ] {
-            assert!(parse_bytes(text).is_err(), "{text:?} should be rejected");
+        use QuantityError::*;
+        let unknown = |suffix: &str| UnknownSuffix {
+            suffix: suffix.into(),
+        };
+        let cases = [
+            ("", NotANumber),
+            ("-1Gi", Negative),
+            ("-0", Negative),
+            ("Gi", NotANumber),
+            ("1GB", unknown("GB")),
+            ("1gi", unknown("gi")),
+            ("1.2.3", NotANumber),
+            ("1 Gi", unknown(" Gi")),
+            ("1e", unknown("e")),
+            ("1e1.5", unknown("e1.5")),
+            ("abc", NotANumber),
+            ("16Ei", TooLarge),
+            ("1e30", TooLarge),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_bytes(text), Err(want), "{text:?}");
         }
-        assert_eq!(parse_bytes("-1").unwrap_err(), "must not be negative");
-        assert!(parse_bytes("1GB").unwrap_err().contains("\"GB\""));
+        // The words a person reads after the field and value.
+        assert_eq!(Negative.to_string(), "must not be negative");
+        assert_eq!(
+            unknown("GB").to_string(),
+            "unknown suffix \"GB\" (use Ki, Mi, Gi, Ti, k, M, G, T or e<N>)"
+        );
+        assert_eq!(
+            TooLarge.to_string(),
+            "too large (at most 16Ei less one byte)"
+        );
     }
 
     #[test]

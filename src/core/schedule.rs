@@ -17,6 +17,47 @@ use chrono::{
 };
 use chrono_tz::Tz;
 
+/// Why a cron expression was refused. The messages do not repeat the expression: the policy
+/// error quotes it after its field.
+#[derive(Debug, thiserror::Error)]
+pub enum CronError {
+    #[error("unsupported macro {text:?} (use @hourly, @daily, @weekly, @monthly or @yearly)")]
+    UnsupportedMacro { text: String },
+    #[error("a time zone inside the expression is not supported: use timeZone")]
+    TimeZoneInside,
+    #[error("expected 5 fields (minute hour day-of-month month day-of-week), got {got}")]
+    FieldCount { got: usize },
+    #[error("{field} step {step:?} must be a positive number")]
+    Step { field: &'static str, step: String },
+    #[error("{field} range {range} runs backwards")]
+    Backwards { field: &'static str, range: String },
+    #[error("{field} {value} out of range {min}-{max}")]
+    OutOfRange {
+        field: &'static str,
+        value: u32,
+        min: u32,
+        max: u32,
+    },
+    #[error("{field} has an empty value")]
+    Empty { field: &'static str },
+    #[error("{field} {text:?} is not a number{}", name_hint(names))]
+    NotANumber {
+        field: &'static str,
+        text: String,
+        /// The names the field accepts besides numbers (months, days of the week).
+        names: &'static [&'static str],
+    },
+    #[error("never fires: no date matches the day-of-month and month")]
+    NeverFires,
+    /// The cron crate refused what this module built from valid fields: a bug here, not in the
+    /// policy, but still a refusal rather than a schedule that might fire wrongly.
+    #[error("the cron library refused the expression: {source}")]
+    Library {
+        #[source]
+        source: cron::error::Error,
+    },
+}
+
 /// A validated schedule trigger.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Schedule {
@@ -52,7 +93,7 @@ pub enum ScheduleVerdict {
 impl Schedule {
     /// Parses `expr` (standard 5-field cron, or @hourly/@daily/@midnight/@weekly/@monthly/
     /// @yearly/@annually). The error says what is wrong, without repeating the expression.
-    pub fn new(expr: &str, time_zone: Tz, starting_deadline: Duration) -> Result<Self, String> {
+    pub fn new(expr: &str, time_zone: Tz, starting_deadline: Duration) -> Result<Self, CronError> {
         let crons = parse_cron(expr)?;
         Ok(Schedule {
             expr: expr.to_owned(),
@@ -257,7 +298,7 @@ const DAY_OF_WEEK: Field = field(
 /// A parsed field: None for an unrestricted `*`/`?`, else the values it allows.
 type Values = Option<BTreeSet<u32>>;
 
-fn parse_cron(expr: &str) -> Result<Vec<cron::Schedule>, String> {
+fn parse_cron(expr: &str) -> Result<Vec<cron::Schedule>, CronError> {
     let expanded = match expr.trim() {
         "@yearly" | "@annually" => "0 0 1 1 *",
         "@monthly" => "0 0 1 * *",
@@ -265,21 +306,18 @@ fn parse_cron(expr: &str) -> Result<Vec<cron::Schedule>, String> {
         "@daily" | "@midnight" => "0 0 * * *",
         "@hourly" => "0 * * * *",
         other if other.starts_with('@') => {
-            return Err(format!(
-                "unsupported macro {other:?} (use @hourly, @daily, @weekly, @monthly or @yearly)"
-            ));
+            return Err(CronError::UnsupportedMacro {
+                text: other.to_string(),
+            });
         }
         other if other.starts_with("TZ=") || other.starts_with("CRON_TZ=") => {
-            return Err("a time zone inside the expression is not supported: use timeZone".into());
+            return Err(CronError::TimeZoneInside);
         }
         other => other,
     };
     let fields: Vec<&str> = expanded.split_whitespace().collect();
     let [minute, hour, dom, month, dow] = fields[..] else {
-        return Err(format!(
-            "expected 5 fields (minute hour day-of-month month day-of-week), got {}",
-            fields.len()
-        ));
+        return Err(CronError::FieldCount { got: fields.len() });
     };
     let minute = parse_field(minute, &MINUTE)?;
     let hour = parse_field(hour, &HOUR)?;
@@ -296,7 +334,7 @@ fn parse_cron(expr: &str) -> Result<Vec<cron::Schedule>, String> {
             list(&month),
             list(dow)
         );
-        cron::Schedule::from_str(&text).map_err(|e| e.to_string())
+        cron::Schedule::from_str(&text).map_err(|source| CronError::Library { source })
     };
     let crons = match (&dom, &dow) {
         (Some(_), Some(_)) => vec![build(&dom, &None)?, build(&None, &dow)?],
@@ -305,7 +343,7 @@ fn parse_cron(expr: &str) -> Result<Vec<cron::Schedule>, String> {
     // Without a year field a schedule fires every few years at most (Feb 29) or never.
     let probe = naive_as_utc(NaiveDateTime::default());
     if crons.iter().all(|cron| cron.after(&probe).next().is_none()) {
-        return Err("never fires: no date matches the day-of-month and month".into());
+        return Err(CronError::NeverFires);
     }
     Ok(crons)
 }
@@ -317,7 +355,7 @@ fn list(values: &Values) -> String {
     }
 }
 
-fn parse_field(text: &str, field: &Field) -> Result<Values, String> {
+fn parse_field(text: &str, field: &Field) -> Result<Values, CronError> {
     if text == "*" || (text == "?" && matches!(field.name, "day-of-month" | "day-of-week")) {
         return Ok(None);
     }
@@ -327,10 +365,10 @@ fn parse_field(text: &str, field: &Field) -> Result<Values, String> {
             Some((range, step)) => match step.parse::<u32>() {
                 Ok(step) if step > 0 => (range, Some(step)),
                 _ => {
-                    return Err(format!(
-                        "{} step {step:?} must be a positive number",
-                        field.name
-                    ));
+                    return Err(CronError::Step {
+                        field: field.name,
+                        step: step.to_string(),
+                    });
                 }
             },
             None => (item, None),
@@ -346,14 +384,17 @@ fn parse_field(text: &str, field: &Field) -> Result<Values, String> {
             }
         };
         if low > high {
-            return Err(format!("{} range {range} runs backwards", field.name));
+            return Err(CronError::Backwards {
+                field: field.name,
+                range: range.to_string(),
+            });
         }
         values.extend((low..=high).step_by(step.unwrap_or(1) as usize));
     }
     Ok(Some(values))
 }
 
-fn parse_value(text: &str, field: &Field) -> Result<u32, String> {
+fn parse_value(text: &str, field: &Field) -> Result<u32, CronError> {
     if let Some(index) = field
         .names
         .iter()
@@ -363,21 +404,23 @@ fn parse_value(text: &str, field: &Field) -> Result<u32, String> {
     }
     match text.parse::<u32>() {
         Ok(value) if (field.min..=field.max).contains(&value) => Ok(value),
-        Ok(value) => Err(format!(
-            "{} {value} out of range {}-{}",
-            field.name, field.min, field.max
-        )),
-        Err(_) if text.is_empty() => Err(format!("{} has an empty value", field.name)),
-        Err(_) => Err(format!(
-            "{} {text:?} is not a number{}",
-            field.name,
-            name_hint(field)
-        )),
+        Ok(value) => Err(CronError::OutOfRange {
+            field: field.name,
+            value,
+            min: field.min,
+            max: field.max,
+        }),
+        Err(_) if text.is_empty() => Err(CronError::Empty { field: field.name }),
+        Err(_) => Err(CronError::NotANumber {
+            field: field.name,
+            text: text.to_string(),
+            names: field.names,
+        }),
     }
 }
 
-fn name_hint(field: &Field) -> String {
-    match field.names {
+fn name_hint(names: &[&str]) -> String {
+    match names {
         [] => String::new(),
         names => format!(" or one of {}", names.join(", ")),
     }
@@ -403,29 +446,96 @@ mod tests {
 
     #[test]
     fn rejects_bad_expressions_with_the_reason() {
-        let cases = [
+        use CronError::*;
+        let refused =
+            |expr: &str| Schedule::new(expr, Tz::UTC, Duration::from_secs(60)).unwrap_err();
+        for (expr, want) in [
+            ("0 25 * * *", ("hour", 25, 0, 23)),
+            ("60 * * * *", ("minute", 60, 0, 59)),
+            ("0 0 * * 8", ("day-of-week", 8, 0, 7)),
+            ("0 0 0 * *", ("day-of-month", 0, 1, 31)),
+            ("0 0 * 13 *", ("month", 13, 1, 12)),
+        ] {
+            let err = refused(expr);
+            assert!(
+                matches!(err, OutOfRange { field, value, min, max }
+                    if (field, value, min, max) == want),
+                "{expr:?}: {err:?}"
+            );
+        }
+        for expr in ["* * * *", "0 0 3 * * *", ""] {
+            assert!(matches!(refused(expr), FieldCount { .. }), "{expr:?}");
+        }
+        assert!(
+            matches!(refused("0 0 * foo *"), NotANumber { field: "month", ref text, .. }
+                if text == "foo")
+        );
+        assert!(
+            matches!(refused("*/0 * * * *"), Step { field: "minute", ref step } if step == "0")
+        );
+        assert!(
+            matches!(refused("0 5-1 * * *"), Backwards { field: "hour", ref range }
+                if range == "5-1")
+        );
+        assert!(matches!(
+            refused("0 3 * * MON-"),
+            Empty {
+                field: "day-of-week"
+            }
+        ));
+        assert!(matches!(refused("0 0 30 2 *"), NeverFires));
+        assert!(matches!(refused("@reboot"), UnsupportedMacro { ref text } if text == "@reboot"));
+        assert!(matches!(refused("@every 1h"), UnsupportedMacro { .. }));
+        assert!(matches!(
+            refused("CRON_TZ=Europe/Berlin 0 3 * * *"),
+            TimeZoneInside
+        ));
+        assert!(matches!(
+            refused("? 3 * * *"),
+            NotANumber {
+                field: "minute",
+                ..
+            }
+        ));
+        // The words a person reads after the field and the expression.
+        for (expr, text) in [
             ("0 25 * * *", "hour 25 out of range 0-23"),
-            ("60 * * * *", "minute 60 out of range 0-59"),
-            ("0 0 * * 8", "day-of-week 8 out of range 0-7"),
-            ("0 0 0 * *", "day-of-month 0 out of range 1-31"),
-            ("0 0 * 13 *", "month 13 out of range 1-12"),
-            ("0 0 * foo *", "month \"foo\" is not a number or one of jan"),
-            ("* * * *", "expected 5 fields"),
-            ("0 0 3 * * *", "expected 5 fields"),
-            ("", "expected 5 fields"),
-            ("*/0 * * * *", "step \"0\" must be a positive number"),
+            (
+                "0 0 * foo *",
+                "month \"foo\" is not a number or one of jan, feb, mar, apr, may, jun, jul, aug, sep, oct, nov, dec",
+            ),
+            ("? 3 * * *", "minute \"?\" is not a number"),
+            (
+                "0 0 3 * * *",
+                "expected 5 fields (minute hour day-of-month month day-of-week), got 6",
+            ),
+            ("*/0 * * * *", "minute step \"0\" must be a positive number"),
             ("0 5-1 * * *", "hour range 5-1 runs backwards"),
             ("0 3 * * MON-", "day-of-week has an empty value"),
-            ("0 0 30 2 *", "never fires"),
-            ("@reboot", "unsupported macro"),
-            ("@every 1h", "unsupported macro"),
-            ("CRON_TZ=Europe/Berlin 0 3 * * *", "use timeZone"),
-            ("? 3 * * *", "minute \"?\" is not a number"),
-        ];
-        for (expr, want) in cases {
-            let err = Schedule::new(expr, Tz::UTC, Duration::from_secs(60)).unwrap_err();
-            assert!(err.contains(want), "{expr:?}: got {err:?}, want {want:?}");
+            (
+                "0 0 30 2 *",
+                "never fires: no date matches the day-of-month and month",
+            ),
+            (
+                "@reboot",
+                "unsupported macro \"@reboot\" (use @hourly, @daily, @weekly, @monthly or @yearly)",
+            ),
+            (
+                "TZ=UTC 0 3 * * *",
+                "a time zone inside the expression is not supported: use timeZone",
+            ),
+        ] {
+            assert_eq!(refused(expr).to_string(), text, "{expr:?}");
         }
+        let library = CronError::Library {
+            source: cron::Schedule::from_str("x").unwrap_err(),
+        };
+        assert!(
+            library
+                .to_string()
+                .starts_with("the cron library refused the expression: "),
+            "{library}"
+        );
         let valid = [
             "0 3 * * *",
             "*/15 * * * *",

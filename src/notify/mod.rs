@@ -10,7 +10,7 @@ pub mod pushgateway;
 pub mod slack;
 pub mod teams;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -119,92 +119,163 @@ impl Default for Settings {
     }
 }
 
-fn http_url(what: &str, text: &str) -> Result<reqwest::Url, String> {
-    let url = reqwest::Url::parse(text.trim()).map_err(|e| format!("{what}: not a URL: {e}"))?;
+/// What `reqwest::Url::parse` refuses a text with (the `url` crate's error, named through
+/// reqwest, which re-exports the URL type but not its error).
+pub type UrlParseError = <reqwest::Url as std::str::FromStr>::Err;
+
+/// The most retries of a delivery (see [`Settings::merge`]).
+pub const MAX_RETRIES: u32 = 5;
+
+/// Why a URL setting is not a URL bouncer can send to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlProblem {
+    #[error("not a URL: {0}")]
+    NotAUrl(#[source] UrlParseError),
+    #[error("must be an http:// or https:// URL")]
+    NotHttp,
+}
+
+/// A notification setting that was refused; each message names the flag or variable. A webhook
+/// URL's value never appears in one (see [`SecretUrl`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("{setting}: {problem}")]
+    Url {
+        setting: String,
+        #[source]
+        problem: UrlProblem,
+    },
+    #[error("{setting}: not an http:// or https:// URL (the value is not shown: it is a secret)")]
+    SecretUrl {
+        setting: String,
+        #[source]
+        problem: UrlProblem,
+    },
+    #[error("BOUNCER_{var} and BOUNCER_{var}_FILE are both set; set one")]
+    BothSet { var: &'static str },
+    #[error("{setting}: cannot read {}: {source}", .path.display())]
+    ReadFile {
+        setting: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{setting}: {} is empty (it should hold the webhook URL)", .path.display())]
+    EmptyFile { setting: String, path: PathBuf },
+    #[error("BOUNCER_NOTIFY_ON: {value:?} is not one of changes, always")]
+    NotifyOn { value: String },
+    #[error("BOUNCER_NOTIFY_TIMEOUT: {value:?} is not a duration (e.g. 5s): {source}")]
+    Timeout {
+        value: String,
+        #[source]
+        source: humantime::DurationError,
+    },
+    #[error("--notify-timeout / BOUNCER_NOTIFY_TIMEOUT: must be positive")]
+    ZeroTimeout,
+    #[error("BOUNCER_NOTIFY_RETRIES: {value:?} is not a whole number")]
+    Retries {
+        value: String,
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    #[error("--notify-retries / BOUNCER_NOTIFY_RETRIES: {retries} is too many (at most {max})")]
+    TooManyRetries { retries: u32, max: u32 },
+}
+
+fn http_url(text: &str) -> Result<reqwest::Url, UrlProblem> {
+    let url = reqwest::Url::parse(text.trim()).map_err(UrlProblem::NotAUrl)?;
     match url.scheme() {
         "http" | "https" if url.host_str().is_some() => Ok(url),
-        _ => Err(format!("{what}: must be an http:// or https:// URL")),
+        _ => Err(UrlProblem::NotHttp),
     }
 }
 
 /// A secret URL from a file (flag, else `*_FILE`) or from the variable itself. The value is
 /// never echoed in an error: a typo would otherwise print the credential to the Job's log.
 fn secret_url(
-    var: &str,
+    var: &'static str,
     flag_file: Option<PathBuf>,
     env_file: Option<PathBuf>,
     env_value: Option<String>,
-) -> Result<Option<SecretUrl>, String> {
-    let from_file = |path: &Path, what: &str| -> Result<String, String> {
-        std::fs::read_to_string(path)
-            .map_err(|e| format!("{what}: cannot read {}: {e}", path.display()))
+) -> Result<Option<SecretUrl>, SettingsError> {
+    let from_file = |path: PathBuf, setting: String| match std::fs::read_to_string(&path) {
+        Ok(text) if text.trim().is_empty() => Err(SettingsError::EmptyFile { setting, path }),
+        Ok(text) => Ok((setting, text)),
+        Err(source) => Err(SettingsError::ReadFile {
+            setting,
+            path,
+            source,
+        }),
     };
     let flag = format!("--{}-file", var.to_lowercase().replace('_', "-"));
     // An empty variable is unset (as Kubernetes renders an env entry with no value); an empty
     // file is a Secret with a missing key, which is a mistake worth stopping for.
     let env_value = env_value.filter(|v| !v.trim().is_empty());
-    let (what, text) = match (flag_file, env_file, env_value) {
-        (Some(path), _, _) => (flag.clone(), from_file(&path, &flag)?),
-        (None, Some(_), Some(_)) => {
-            return Err(format!(
-                "BOUNCER_{var} and BOUNCER_{var}_FILE are both set; set one"
-            ));
-        }
-        (None, Some(path), None) => {
-            let what = format!("BOUNCER_{var}_FILE");
-            let text = from_file(&path, &what)?;
-            (what, text)
-        }
+    let (setting, text) = match (flag_file, env_file, env_value) {
+        (Some(path), _, _) => from_file(path, flag)?,
+        (None, Some(_), Some(_)) => return Err(SettingsError::BothSet { var }),
+        (None, Some(path), None) => from_file(path, format!("BOUNCER_{var}_FILE"))?,
         (None, None, Some(value)) => (format!("BOUNCER_{var}"), value),
         (None, None, None) => return Ok(None),
     };
-    if text.trim().is_empty() {
-        return Err(format!("{what}: empty"));
+    match http_url(&text) {
+        Ok(url) => Ok(Some(SecretUrl(url))),
+        Err(problem) => Err(SettingsError::SecretUrl { setting, problem }),
     }
-    let url = http_url(&what, &text).map_err(|_| {
-        format!("{what}: not an http:// or https:// URL (the value is not shown: it is a secret)")
-    })?;
-    Ok(Some(SecretUrl(url)))
 }
 
 impl Settings {
-    pub fn merge(flags: NotifyFlags, env: Env) -> Result<Settings, String> {
+    pub fn merge(flags: NotifyFlags, env: Env) -> Result<Settings, SettingsError> {
         let defaults = Settings::default();
         let on = match (flags.notify_on, env.notify_on) {
             (Some(on), _) => on,
-            (None, Some(v)) => NotifyOn::from_str(v.trim(), true)
-                .map_err(|_| format!("BOUNCER_NOTIFY_ON: {v:?} is not one of changes, always"))?,
+            (None, Some(value)) => match NotifyOn::from_str(value.trim(), true) {
+                Ok(on) => on,
+                // clap's error is a sentence for its own flag; this one names the variable.
+                Err(_) => return Err(SettingsError::NotifyOn { value }),
+            },
             (None, None) => defaults.on,
         };
         let timeout = match (flags.notify_timeout, env.notify_timeout) {
             (Some(d), _) => d,
-            (None, Some(v)) => humantime::parse_duration(v.trim()).map_err(|e| {
-                format!("BOUNCER_NOTIFY_TIMEOUT: {v:?} is not a duration (e.g. 5s): {e}")
-            })?,
+            (None, Some(value)) => match humantime::parse_duration(value.trim()) {
+                Ok(d) => d,
+                Err(source) => return Err(SettingsError::Timeout { value, source }),
+            },
             (None, None) => defaults.timeout,
         };
         if timeout.is_zero() {
-            return Err("--notify-timeout / BOUNCER_NOTIFY_TIMEOUT: must be positive".into());
+            return Err(SettingsError::ZeroTimeout);
         }
         let retries = match (flags.notify_retries, env.notify_retries) {
             (Some(n), _) => n,
-            (None, Some(v)) => v
-                .trim()
-                .parse()
-                .map_err(|_| format!("BOUNCER_NOTIFY_RETRIES: {v:?} is not a whole number"))?,
+            (None, Some(value)) => match value.trim().parse() {
+                Ok(n) => n,
+                Err(source) => return Err(SettingsError::Retries { value, source }),
+            },
             (None, None) => defaults.retries,
         };
         // Each attempt is bounded by the timeout; more than a few would keep a finished run's
         // pod alive past a Job's termination grace period.
-        if retries > 5 {
-            return Err("--notify-retries / BOUNCER_NOTIFY_RETRIES: at most 5".into());
+        if retries > MAX_RETRIES {
+            return Err(SettingsError::TooManyRetries {
+                retries,
+                max: MAX_RETRIES,
+            });
         }
-        let pushgateway_url = match flags.pushgateway_url {
-            Some(u) => Some(http_url("--pushgateway-url", &u)?),
-            None => match env.pushgateway_url.filter(|u| !u.trim().is_empty()) {
-                Some(u) => Some(http_url("BOUNCER_PUSHGATEWAY_URL", &u)?),
-                None => None,
-            },
+        let pushgateway = match flags.pushgateway_url {
+            Some(u) => Some(("--pushgateway-url", u)),
+            None => env
+                .pushgateway_url
+                .filter(|u| !u.trim().is_empty())
+                .map(|u| ("BOUNCER_PUSHGATEWAY_URL", u)),
+        };
+        let pushgateway_url = match pushgateway {
+            Some((setting, u)) => Some(http_url(&u).map_err(|problem| SettingsError::Url {
+                setting: setting.into(),
+                problem,
+            })?),
+            None => None,
         };
         Ok(Settings {
             cluster_name: flags

@@ -116,7 +116,7 @@ pub(super) fn quiet_report() -> Report {
     r
 }
 
-fn merge(flags: NotifyFlags, env: Env) -> Result<Settings, String> {
+fn merge(flags: NotifyFlags, env: Env) -> Result<Settings, SettingsError> {
     Settings::merge(flags, env)
 }
 
@@ -208,8 +208,17 @@ fn secret_urls_are_never_printed() {
         ..Default::default()
     };
     let err = merge(NotifyFlags::default(), env).unwrap_err();
-    assert!(err.contains("BOUNCER_NOTIFY_SLACK_URL"), "{err}");
-    assert!(!err.contains("s3cr3t"), "{err}");
+    assert!(
+        matches!(&err, SettingsError::SecretUrl { setting, problem: UrlProblem::NotAUrl(_) }
+            if setting == "BOUNCER_NOTIFY_SLACK_URL"),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "BOUNCER_NOTIFY_SLACK_URL: not an http:// or https:// URL (the value is not shown: it is \
+         a secret)"
+    );
+    assert!(!format!("{err:?}").contains("s3cr3t"), "{err:?}");
     let env = Env {
         notify_webhook_url: Some(format!("https://{secret}")),
         ..Default::default()
@@ -222,96 +231,138 @@ fn secret_urls_are_never_printed() {
 
 #[test]
 fn bad_notify_settings_name_the_variable() {
-    let cases: Vec<(Env, &str)> = vec![
-        (
-            Env {
-                notify_on: Some("sometimes".into()),
-                ..Default::default()
-            },
-            "BOUNCER_NOTIFY_ON",
-        ),
-        (
-            Env {
-                notify_timeout: Some("soon".into()),
-                ..Default::default()
-            },
-            "BOUNCER_NOTIFY_TIMEOUT",
-        ),
-        (
-            Env {
-                notify_timeout: Some("0s".into()),
-                ..Default::default()
-            },
-            "BOUNCER_NOTIFY_TIMEOUT",
-        ),
-        (
-            Env {
-                notify_retries: Some("-1".into()),
-                ..Default::default()
-            },
-            "BOUNCER_NOTIFY_RETRIES",
-        ),
-        (
-            Env {
-                notify_retries: Some("6".into()),
-                ..Default::default()
-            },
-            "BOUNCER_NOTIFY_RETRIES",
-        ),
-        (
-            Env {
-                pushgateway_url: Some("pushgateway:9091".into()),
-                ..Default::default()
-            },
-            "BOUNCER_PUSHGATEWAY_URL",
-        ),
-        (
-            Env {
-                notify_webhook_url: Some("ftp://example.com/x".into()),
-                ..Default::default()
-            },
-            "BOUNCER_NOTIFY_WEBHOOK_URL",
-        ),
-        (
-            Env {
-                notify_webhook_url: Some("https://a.example/".into()),
-                notify_webhook_url_file: Some("/nonexistent".into()),
-                ..Default::default()
-            },
-            "BOUNCER_NOTIFY_WEBHOOK_URL and BOUNCER_NOTIFY_WEBHOOK_URL_FILE",
-        ),
-        (
-            Env {
-                notify_slack_url_file: Some("/nonexistent/slack".into()),
-                ..Default::default()
-            },
-            "BOUNCER_NOTIFY_SLACK_URL_FILE: cannot read /nonexistent/slack",
-        ),
-    ];
-    for (env, want) in cases {
-        let err = merge(NotifyFlags::default(), env).unwrap_err();
-        assert!(err.contains(want), "{err:?} should contain {want:?}");
-    }
-}
-
-#[test]
-fn an_empty_variable_is_unset_and_an_empty_file_is_an_error() {
-    let env = Env {
-        notify_slack_url: Some(" ".into()),
-        pushgateway_url: Some(String::new()),
+    let refused = |env: Env| merge(NotifyFlags::default(), env).unwrap_err();
+    let err = refused(Env {
+        notify_on: Some("sometimes".into()),
         ..Default::default()
-    };
-    let s = merge(NotifyFlags::default(), env).unwrap();
-    assert!(s.slack_url.is_none() && s.pushgateway_url.is_none());
-    let file = tempfile::NamedTempFile::new().unwrap();
-    let env = Env {
-        notify_slack_url_file: Some(file.path().to_path_buf()),
+    });
+    assert!(matches!(&err, SettingsError::NotifyOn { value } if value == "sometimes"));
+    assert_eq!(
+        err.to_string(),
+        "BOUNCER_NOTIFY_ON: \"sometimes\" is not one of changes, always"
+    );
+    let err = refused(Env {
+        notify_timeout: Some("soon".into()),
         ..Default::default()
-    };
-    let err = merge(NotifyFlags::default(), env).unwrap_err();
+    });
+    assert!(matches!(&err, SettingsError::Timeout { value, .. } if value == "soon"));
     assert!(
-        err.contains("BOUNCER_NOTIFY_SLACK_URL_FILE: empty"),
+        err.to_string()
+            .starts_with("BOUNCER_NOTIFY_TIMEOUT: \"soon\" is not a duration (e.g. 5s): "),
         "{err}"
+    );
+    let err = refused(Env {
+        notify_timeout: Some("0s".into()),
+        ..Default::default()
+    });
+    assert!(matches!(err, SettingsError::ZeroTimeout));
+    assert_eq!(
+        err.to_string(),
+        "--notify-timeout / BOUNCER_NOTIFY_TIMEOUT: must be positive"
+    );
+    let err = refused(Env {
+        notify_retries: Some("-1".into()),
+        ..Default::default()
+    });
+    assert!(matches!(&err, SettingsError::Retries { value, .. } if value == "-1"));
+    assert_eq!(
+        err.to_string(),
+        "BOUNCER_NOTIFY_RETRIES: \"-1\" is not a whole number"
+    );
+    let err = refused(Env {
+        notify_retries: Some("6".into()),
+        ..Default::default()
+    });
+    assert!(matches!(
+        err,
+        SettingsError::TooManyRetries { retries: 6, max: 5 }
+    ));
+    assert_eq!(
+        err.to_string(),
+        "--notify-retries / BOUNCER_NOTIFY_RETRIES: 6 is too many (at most 5)"
+    );
+    let err = refused(Env {
+        pushgateway_url: Some("pushgateway:9091".into()),
+        ..Default::default()
+    });
+    assert!(
+        matches!(&err, SettingsError::Url { setting, problem: UrlProblem::NotHttp }
+            if setting == "BOUNCER_PUSHGATEWAY_URL"),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "BOUNCER_PUSHGATEWAY_URL: must be an http:// or https:// URL"
+    );
+    let err = merge(
+        NotifyFlags {
+            pushgateway_url: Some("not a url".into()),
+            ..Default::default()
+        },
+        Env::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, SettingsError::Url { setting, problem: UrlProblem::NotAUrl(_) }
+            if setting == "--pushgateway-url"),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "--pushgateway-url: not a URL: relative URL without a base"
+    );
+    let err = refused(Env {
+        notify_webhook_url: Some("ftp://example.com/x".into()),
+        ..Default::default()
+    });
+    assert!(
+        matches!(&err, SettingsError::SecretUrl { setting, problem: UrlProblem::NotHttp }
+            if setting == "BOUNCER_NOTIFY_WEBHOOK_URL"),
+        "{err:?}"
+    );
+    let err = refused(Env {
+        notify_webhook_url: Some("https://a.example/".into()),
+        notify_webhook_url_file: Some("/nonexistent".into()),
+        ..Default::default()
+    });
+    assert!(matches!(
+        err,
+        SettingsError::BothSet {
+            var: "NOTIFY_WEBHOOK_URL"
+        }
+    ));
+    assert_eq!(
+        err.to_string(),
+        "BOUNCER_NOTIFY_WEBHOOK_URL and BOUNCER_NOTIFY_WEBHOOK_URL_FILE are both set; set one"
+    );
+    let err = refused(Env {
+        notify_slack_url_file: Some("/nonexistent/slack".into()),
+        ..Default::default()
+    });
+    assert!(
+        matches!(&err, SettingsError::ReadFile { setting, path, .. }
+            if setting == "BOUNCER_NOTIFY_SLACK_URL_FILE"
+                && path.as_os_str() == "/nonexistent/slack"),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("BOUNCER_NOTIFY_SLACK_URL_FILE: cannot read /nonexistent/slack: "),
+        "{err}"
+    );
+    // The flag's file is named by the flag.
+    let err = merge(
+        NotifyFlags {
+            notify_teams_url_file: Some("/nonexistent/teams".into()),
+            ..Default::default()
+        },
+        Env::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, SettingsError::ReadFile { setting, .. }
+            if setting == "--notify-teams-url-file"),
+        "{err:?}"
     );
 }
 

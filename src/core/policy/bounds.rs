@@ -6,10 +6,23 @@ use std::time::Duration;
 
 use super::check::Check;
 use super::raw::RawOverrides;
+use super::values::ValueError;
 use super::{OverrideBounds, Threshold, bytes_value, duration_value, percent_value};
 use crate::core::quantity::format_bytes;
 
 const FIELD: &str = "spec.overrides";
+
+/// Why a bound was refused; the policy error names the bound's field and value.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(super) enum BoundError {
+    #[error(transparent)]
+    Value(#[from] ValueError),
+    #[error("the policy has no memory threshold for an annotation to change")]
+    NoThreshold,
+    /// Looser than the policy itself: `own` is the policy's value in its field's words.
+    #[error("must be at most {field} ({own})")]
+    AbovePolicy { field: &'static str, own: String },
+}
 
 /// The validated bounds. `threshold` is the memory trigger's: `None` without a memory
 /// trigger, `Some(None)` when it did not validate (nothing to compare with then) or has no
@@ -24,7 +37,7 @@ pub(super) fn overrides(
         return Some(OverrideBounds::default());
     };
     let mut ok = true;
-    let mut fail = |check: &mut Check, field: &str, value: String, problem: String| {
+    let mut fail = |check: &mut Check, field: &str, value: String, problem: BoundError| {
         check.error(Some(format!("{FIELD}.{field}")), Some(value), problem);
         ok = false;
     };
@@ -35,25 +48,24 @@ pub(super) fn overrides(
         Some(Some(Some(_))) => Some(true),
     };
     let own = threshold.flatten().flatten();
-    let no_threshold = "the policy has no memory threshold for an annotation to change";
 
     let mut min_memory_above = None;
     if let Some(q) = raw.min_memory_above {
         let value = format!("{:?}", q.0);
         match bytes_value(&q.0) {
-            Err(problem) => fail(check, "minMemoryAbove", value, problem),
+            Err(problem) => fail(check, "minMemoryAbove", value, problem.into()),
             Ok(_) if has_threshold == Some(false) => {
-                fail(check, "minMemoryAbove", value, no_threshold.into())
+                fail(check, "minMemoryAbove", value, BoundError::NoThreshold)
             }
             Ok(bytes) => match own {
                 Some(Threshold::Bytes(above)) if bytes > above => fail(
                     check,
                     "minMemoryAbove",
                     value,
-                    format!(
-                        "must be at most spec.triggers.memory.above ({})",
-                        format_bytes(above)
-                    ),
+                    BoundError::AbovePolicy {
+                        field: "spec.triggers.memory.above",
+                        own: format_bytes(above),
+                    },
                 ),
                 _ => min_memory_above = Some(bytes),
             },
@@ -63,16 +75,19 @@ pub(super) fn overrides(
     if let Some(p) = raw.min_percent_of_limit {
         let value = p.to_string();
         match percent_value(p) {
-            Err(problem) => fail(check, "minPercentOfLimit", value, problem),
+            Err(problem) => fail(check, "minPercentOfLimit", value, problem.into()),
             Ok(_) if has_threshold == Some(false) => {
-                fail(check, "minPercentOfLimit", value, no_threshold.into())
+                fail(check, "minPercentOfLimit", value, BoundError::NoThreshold)
             }
             Ok(p) => match own {
                 Some(Threshold::PercentOfLimit(own)) if p > own => fail(
                     check,
                     "minPercentOfLimit",
                     value,
-                    format!("must be at most spec.triggers.memory.percentOfLimit ({own})"),
+                    BoundError::AbovePolicy {
+                        field: "spec.triggers.memory.percentOfLimit",
+                        own: own.to_string(),
+                    },
                 ),
                 _ => min_percent_of_limit = Some(p),
             },
@@ -82,15 +97,15 @@ pub(super) fn overrides(
     if let Some(text) = raw.min_cooldown {
         let value = format!("{text:?}");
         match (duration_value(&text), cooldown) {
-            (Err(problem), _) => fail(check, "minCooldown", value, problem),
+            (Err(problem), _) => fail(check, "minCooldown", value, problem.into()),
             (Ok(d), Some(own)) if d > own => fail(
                 check,
                 "minCooldown",
                 value,
-                format!(
-                    "must be at most spec.cooldown ({})",
-                    humantime::format_duration(own)
-                ),
+                BoundError::AbovePolicy {
+                    field: "spec.cooldown",
+                    own: humantime::format_duration(own).to_string(),
+                },
             ),
             (Ok(d), _) => min_cooldown = Some(d),
         }
@@ -104,16 +119,23 @@ pub(super) fn overrides(
 
 #[cfg(test)]
 mod tests {
-    use crate::core::policy::{OverrideBounds, parse_str};
+    use super::BoundError;
+    use crate::core::policy::values::ValueError;
+    use crate::core::policy::{LoadError, OverrideBounds, PolicyError, parse_str};
 
-    fn load(spec_extra: &str) -> Result<OverrideBounds, String> {
+    fn load(spec_extra: &str) -> Result<OverrideBounds, LoadError> {
         let text = format!(
             "apiVersion: bouncer.dev/v1alpha1\nkind: BouncePolicy\nmetadata: {{name: p}}\n\
              spec:\n  target: {{selector: {{matchLabels: {{app: x}}}}}}\n  cooldown: 1h\n{spec_extra}"
         );
-        parse_str("p.yaml", &text)
-            .map(|mut p| p.remove(0).overrides)
-            .map_err(|e| e.to_string())
+        parse_str("p.yaml", &text).map(|mut p| p.remove(0).overrides)
+    }
+
+    /// The one problem of a policy that fails to load.
+    fn problem(spec_extra: &str) -> PolicyError {
+        let mut errors = load(spec_extra).unwrap_err().errors;
+        assert_eq!(errors.len(), 1, "{spec_extra}: {errors:?}");
+        errors.remove(0)
     }
 
     #[test]
@@ -127,41 +149,60 @@ mod tests {
         assert_eq!(set.min_memory_above, Some(512 << 20));
         assert_eq!(set.min_percent_of_limit, Some(60.0));
         assert_eq!(set.min_cooldown.map(|d| d.as_secs()), Some(600));
+        let above = |field, own: &str| BoundError::AbovePolicy {
+            field,
+            own: own.into(),
+        };
+        let not_a_duration = BoundError::Value(super::duration_value("soon").unwrap_err());
         let cases = [
             (
                 format!("{memory}  overrides: {{minMemoryAbove: 2Gi}}\n"),
                 "spec.overrides.minMemoryAbove",
-                "must be at most spec.triggers.memory.above (1Gi)",
+                above("spec.triggers.memory.above", "1Gi"),
             ),
             (
                 format!("{memory}  overrides: {{minCooldown: 2h}}\n"),
                 "spec.overrides.minCooldown",
-                "must be at most spec.cooldown (1h)",
+                above("spec.cooldown", "1h"),
             ),
             (
                 "  triggers: {memory: {percentOfLimit: 80}}\n  overrides: {minPercentOfLimit: 90}\n"
                     .to_string(),
                 "spec.overrides.minPercentOfLimit",
-                "must be at most spec.triggers.memory.percentOfLimit (80)",
+                above("spec.triggers.memory.percentOfLimit", "80"),
             ),
             (
                 "  triggers: {schedule: {cron: '0 3 * * *'}}\n  overrides: {minMemoryAbove: 1Gi}\n"
                     .to_string(),
                 "spec.overrides.minMemoryAbove",
-                "the policy has no memory threshold",
+                BoundError::NoThreshold,
             ),
             (
                 format!("{memory}  overrides: {{minCooldown: soon}}\n"),
                 "spec.overrides.minCooldown",
-                "not a duration",
+                not_a_duration,
+            ),
+            (
+                format!("{memory}  overrides: {{minMemoryAbove: 0}}\n"),
+                "spec.overrides.minMemoryAbove",
+                BoundError::Value(ValueError::ZeroBytes),
             ),
         ];
-        for (extra, field, problem) in cases {
-            let err = load(&extra).unwrap_err();
-            assert!(
-                err.contains(field) && err.contains(problem) && err.contains("p.yaml"),
-                "{extra}: {err}"
-            );
+        for (extra, field, want) in cases {
+            let err = problem(&extra);
+            assert_eq!(err.field.as_deref(), Some(field), "{extra}: {err}");
+            assert_eq!(err.problem, want.to_string(), "{extra}: {err}");
+            assert_eq!(err.file.as_deref(), Some("p.yaml"), "{extra}: {err}");
         }
+        // The words of a bound, after its file and field.
+        assert_eq!(
+            problem(&format!("{memory}  overrides: {{minMemoryAbove: 2Gi}}\n")).to_string(),
+            "p.yaml: document 1 (p): spec.overrides.minMemoryAbove: \"2Gi\": \
+             must be at most spec.triggers.memory.above (1Gi)"
+        );
+        assert_eq!(
+            BoundError::NoThreshold.to_string(),
+            "the policy has no memory threshold for an annotation to change"
+        );
     }
 }

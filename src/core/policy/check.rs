@@ -1,6 +1,8 @@
 //! Where a policy document's problems are collected as it is validated (its file, document
 //! and policy named in each), shared by the validation of the fields and of their bounds.
 
+use std::fmt::Display;
+
 use super::PolicyError;
 
 /// Where problems go while one document is validated.
@@ -28,11 +30,13 @@ impl<'a> Check<'a> {
         }
     }
 
+    /// The problem is kept as its words: a [`PolicyError`] is a record of where and what, which
+    /// `validate` prints, serializes and annotates field by field.
     pub(in crate::core::policy) fn error(
         &mut self,
         field: Option<String>,
         value: Option<String>,
-        problem: impl Into<String>,
+        problem: impl Display,
     ) {
         self.failed = true;
         self.errors.push(PolicyError {
@@ -43,7 +47,7 @@ impl<'a> Check<'a> {
             column: None,
             field,
             value,
-            problem: problem.into(),
+            problem: problem.to_string(),
         });
     }
 
@@ -52,16 +56,12 @@ impl<'a> Check<'a> {
         &mut self,
         field: impl Into<String>,
         value: &str,
-        problem: impl Into<String>,
+        problem: impl Display,
     ) {
         self.error(Some(field.into()), Some(format!("{value:?}")), problem);
     }
 
-    pub(in crate::core::policy) fn at(
-        &mut self,
-        field: impl Into<String>,
-        problem: impl Into<String>,
-    ) {
+    pub(in crate::core::policy) fn at(&mut self, field: impl Into<String>, problem: impl Display) {
         self.error(Some(field.into()), None, problem);
     }
 

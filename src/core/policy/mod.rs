@@ -19,7 +19,7 @@ pub use schema::json_schema;
 
 mod values;
 
-pub use values::{bytes_value, duration_value, percent_value};
+pub use values::{ValueError, bytes_value, duration_value, percent_value};
 
 pub const API_VERSION: &str = "bouncer.dev/v1alpha1";
 pub const KIND: &str = "BouncePolicy";
