@@ -379,7 +379,7 @@ spec:
     /// The wording a plan's reasons quote: where, what, and what to change.
     #[test]
     fn query_errors_read_as_the_plan_quotes_them() {
-        let url = "http://prometheus.monitoring:9090/".to_string();
+        let url = "http://prometheus.monitoring:9090".to_string();
         let status = |code, reason| HttpStatus {
             code,
             reason: Some(reason),
@@ -397,21 +397,21 @@ spec:
                     detail: "cannot read the CA file /etc/ca.pem: No such file or directory (os error 2)"
                         .into(),
                 },
-                "Prometheus at http://prometheus.monitoring:9090/ not asked: cannot read the CA file /etc/ca.pem: No such file or directory (os error 2)",
+                "Prometheus at http://prometheus.monitoring:9090 not asked: cannot read the CA file /etc/ca.pem: No such file or directory (os error 2)",
             ),
             (
                 QueryError::Unreachable {
                     url: url.clone(),
                     detail: "error sending request: connection refused".into(),
                 },
-                "no answer from Prometheus at http://prometheus.monitoring:9090/: error sending request: connection refused",
+                "no answer from Prometheus at http://prometheus.monitoring:9090: error sending request: connection refused",
             ),
             (
                 QueryError::TimedOut {
                     url: url.clone(),
                     after: Duration::from_secs(10),
                 },
-                "no answer from Prometheus at http://prometheus.monitoring:9090/ within 10s (--prometheus-timeout)",
+                "no answer from Prometheus at http://prometheus.monitoring:9090 within 10s (--prometheus-timeout)",
             ),
             (
                 QueryError::NotAnAnswer {
@@ -420,7 +420,7 @@ spec:
                     detail: "expected value at line 1 column 1".into(),
                     excerpt: "404 page not found".into(),
                 },
-                "HTTP 404 Not Found from http://prometheus.monitoring:9090/: not a Prometheus API answer (expected value at line 1 column 1): 404 page not found",
+                "HTTP 404 Not Found from http://prometheus.monitoring:9090: not a Prometheus API answer (expected value at line 1 column 1): 404 page not found",
             ),
             (
                 QueryError::Refused {

@@ -66,7 +66,7 @@ fn the_note_names_the_policy_and_the_reason() {
     );
     let failed = SkipReason::BlockerFailed {
         error: crate::core::history::QueryError::Unreachable {
-            url: "http://prometheus:9090/".into(),
+            url: "http://prometheus:9090".into(),
             detail: "connection refused".into(),
         },
     };

@@ -123,16 +123,13 @@ fn covered(
     min: usize,
     whole: bool,
 ) -> Result<&[(f64, f64)], NoHistory> {
-    let span_of_window = window;
-    let (window, step) = (window.as_secs_f64(), step.as_secs_f64());
-    let first = all.partition_point(|(t, _)| *t < now - window - step / 2.0);
+    let (seconds, step) = (window.as_secs_f64(), step.as_secs_f64());
+    let first = all.partition_point(|(t, _)| *t < now - seconds - step / 2.0);
     let last = all.partition_point(|(t, _)| *t <= now + step / 2.0);
     let inside = &all[first..last.max(first)];
     let slack = (2.0 * step).max(120.0);
     let (Some(&(oldest, _)), Some(&(newest, _))) = (inside.first(), inside.last()) else {
-        return Err(NoHistory::NoSamples {
-            window: span_of_window,
-        });
+        return Err(NoHistory::NoSamples { window });
     };
     if now - newest > slack {
         return Err(NoHistory::Stale {
@@ -142,15 +139,19 @@ fn covered(
     if inside.len() < min {
         return Err(NoHistory::TooFew {
             found: inside.len(),
-            window: span_of_window,
+            window,
             need: min,
         });
     }
-    let need = if whole { window - slack } else { window / 2.0 };
+    let need = if whole {
+        seconds - slack
+    } else {
+        seconds / 2.0
+    };
     if newest - oldest < need {
         return Err(NoHistory::Short {
             covers: span(newest - oldest),
-            window: span_of_window,
+            window,
         });
     }
     if whole

@@ -160,14 +160,14 @@ fn missing_stale_or_short_history_never_fires() {
     assert!(why.contains("no samples in the last 15m"), "{why}");
     // Prometheus down: every history trigger off, with the reason.
     let off = Err(QueryError::Unreachable {
-        url: "http://prometheus:9090/".into(),
+        url: "http://prometheus:9090".into(),
         detail: "connection refused".into(),
     });
     let v = assess(&p, &off, NOW);
     assert_eq!(
         waiting(&v),
-        "sustained: off: Prometheus history unavailable: no answer from Prometheus at http://prometheus:9090/: connection refused\
-         growth: off: Prometheus history unavailable: no answer from Prometheus at http://prometheus:9090/: connection refused"
+        "sustained: off: Prometheus history unavailable: no answer from Prometheus at http://prometheus:9090: connection refused\
+         growth: off: Prometheus history unavailable: no answer from Prometheus at http://prometheus:9090: connection refused"
     );
     // Not configured: no query failed, so none is said to.
     let v = assess(&p, &Err(QueryError::NotConfigured), NOW);
