@@ -347,7 +347,7 @@ impl Kube<'_> {
             };
             let answers = async {
                 if needs.blockers.is_empty() {
-                    history::Prometheus::off("no blocker to ask")
+                    history::Prometheus::off(history::QueryError::NotRun)
                 } else {
                     prometheus::read(self.prometheus, &needs, (self.clock)()).await
                 }

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use crate::core::history::{self, History, Labels, Needs, Prometheus, Series};
+use crate::core::history::{
+    self, History, HttpStatus, Labels, Needs, Prometheus, QueryError, Series,
+};
 use crate::http_text::{chain, excerpt};
 
 const USER_AGENT: &str = concat!("bouncer/", env!("CARGO_PKG_VERSION"));
@@ -30,22 +32,27 @@ pub struct Settings {
 /// What the policies need, read from Prometheus at `now`.
 pub async fn read(settings: Option<&Settings>, needs: &Needs, now: DateTime<Utc>) -> Prometheus {
     let Some(settings) = settings else {
-        return Prometheus::off("no Prometheus configured (--prometheus-url)");
+        return Prometheus::off(QueryError::NotConfigured);
     };
     if !needs.any() {
         return Prometheus {
             off: None,
-            history: Err("no policy reads memory history".into()),
+            history: Err(QueryError::NotNeeded),
             blockers: BTreeMap::new(),
         };
     }
     let api = match Api::new(settings) {
         Ok(api) => api,
-        Err(e) => return Prometheus::off(format!("Prometheus: {e}")),
+        Err(e) => {
+            return Prometheus::off(QueryError::Client {
+                url: shown(&settings.url),
+                detail: chain(&e),
+            });
+        }
     };
     let history = async {
         if !needs.history() {
-            return Err("no policy reads memory history in the namespaces".to_string());
+            return Err(QueryError::NotNeeded);
         }
         let range = chrono::Duration::from_std(needs.range()).unwrap_or_default();
         let params = [
@@ -55,8 +62,7 @@ pub async fn read(settings: Option<&Settings>, needs: &Needs, now: DateTime<Utc>
             ("step", needs.step().as_secs().to_string()),
         ];
         let data = api.query("query_range", &params).await?;
-        let history = to_history(data, needs.step())?;
-        Ok(history)
+        to_history(data, needs.step())
     };
     let blockers = futures::future::join_all(needs.blockers.iter().map(|q| async {
         let params = [
@@ -70,9 +76,12 @@ pub async fn read(settings: Option<&Settings>, needs: &Needs, now: DateTime<Utc>
         (q.clone(), answer)
     }));
     let (history, blockers) = futures::future::join(history, blockers).await;
-    let history = history.map_err(|e| format!("Prometheus history unavailable: {e}"));
-    if let Err(e) = &history {
-        tracing::warn!("{e}; memory sustained/growth/predict triggers are off");
+    if let Err(e) = &history
+        && e.was_sent()
+    {
+        tracing::warn!(
+            "Prometheus history unavailable: {e}; memory sustained/growth/predict triggers are off"
+        );
     }
     Prometheus {
         off: None,
@@ -81,14 +90,73 @@ pub async fn read(settings: Option<&Settings>, needs: &Needs, now: DateTime<Utc>
     }
 }
 
+/// Why the client could not be set up; then nothing is asked and every query fails with it.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot read the CA file {}: {source}", path.display())]
+    CaFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the CA file {} is not PEM: {}", path.display(), chain(source))]
+    CaNotPem {
+        path: PathBuf,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The settings refuse this already; settings made another way must not leak the token.
+    #[error("a bearer token is sent only over https, not to {url}: use an https:// URL")]
+    TokenInClear { url: String },
+    #[error("cannot read the token file {}: {source}", path.display())]
+    TokenFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot build the HTTP client: {}", chain(source))]
+    Build {
+        #[source]
+        source: reqwest::Error,
+    },
+}
+
+/// Why a redirect is not followed; the HTTP client reports it as the request's cause.
+#[derive(Debug, thiserror::Error)]
+enum RedirectError {
+    #[error("a redirect to {to} would send the bearer token in clear")]
+    InClear { to: String },
+    #[error("too many redirects")]
+    TooMany,
+}
+
+/// A URL as messages show it: without the user and password it may carry (basic auth), and
+/// without the `/` the parser adds, so it reads as the user wrote it.
+fn shown(url: &reqwest::Url) -> String {
+    let mut url = url.clone();
+    // Only a URL that cannot be a base refuses these, and an http(s) URL always can.
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    url.as_str().trim_end_matches('/').to_string()
+}
+
+fn status(s: reqwest::StatusCode) -> HttpStatus {
+    HttpStatus {
+        code: s.as_u16(),
+        reason: s.canonical_reason(),
+    }
+}
+
 struct Api {
     client: reqwest::Client,
-    base: String,
+    /// The server's base URL, the one that carries the credentials, if any.
+    url: reqwest::Url,
     token: Option<String>,
+    timeout: Duration,
 }
 
 impl Api {
-    fn new(s: &Settings) -> Result<Api, String> {
+    fn new(s: &Settings) -> Result<Api, ClientError> {
         // As for the webhooks: only ring is compiled in; installing it twice fails harmlessly.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut builder = reqwest::Client::builder()
@@ -96,30 +164,31 @@ impl Api {
             .timeout(s.timeout)
             .connect_timeout(s.timeout);
         if let Some(path) = &s.ca_file {
-            let pem = std::fs::read(path)
-                .map_err(|e| format!("cannot read the CA file {}: {e}", path.display()))?;
-            for cert in reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|e| format!("the CA file {} is not PEM: {e}", path.display()))?
-            {
+            let pem = std::fs::read(path).map_err(|source| ClientError::CaFile {
+                path: path.clone(),
+                source,
+            })?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|source| {
+                ClientError::CaNotPem {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+            for cert in certs {
                 builder = builder.add_root_certificate(cert);
             }
         }
         if s.bearer_token_file.is_some() {
             // The settings refuse a token with an http:// URL; a redirect must not downgrade it.
             if s.url.scheme() != "https" {
-                return Err(format!(
-                    "a bearer token is sent only over https, not to {}",
-                    s.url
-                ));
+                return Err(ClientError::TokenInClear { url: shown(&s.url) });
             }
             builder = builder.redirect(reqwest::redirect::Policy::custom(|attempt| {
                 if attempt.url().scheme() != "https" {
-                    let to = attempt.url().to_string();
-                    attempt.error(format!(
-                        "a redirect to {to} would send the bearer token in clear"
-                    ))
+                    let to = shown(attempt.url());
+                    attempt.error(RedirectError::InClear { to })
                 } else if attempt.previous().len() >= 10 {
-                    attempt.error("too many redirects")
+                    attempt.error(RedirectError::TooMany)
                 } else {
                     attempt.follow()
                 }
@@ -129,26 +198,54 @@ impl Api {
             None => None,
             Some(path) => Some(
                 std::fs::read_to_string(path)
-                    .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?
+                    .map_err(|source| ClientError::TokenFile {
+                        path: path.clone(),
+                        source,
+                    })?
                     .trim()
                     .to_string(),
             ),
         };
+        let client = builder.build().map_err(|source| ClientError::Build {
+            source: source.without_url(),
+        })?;
         Ok(Api {
-            client: builder.build().map_err(|e| e.to_string())?,
-            base: s.url.as_str().trim_end_matches('/').to_string(),
+            client,
+            url: s.url.clone(),
             token,
+            timeout: s.timeout,
         })
     }
 
+    /// No answer at all: the connection, TLS, the body, or the timeout.
+    fn unreachable(&self, e: reqwest::Error) -> QueryError {
+        // The URL the client names may carry credentials; the message names the shown one.
+        let e = e.without_url();
+        let url = shown(&self.url);
+        if e.is_timeout() {
+            QueryError::TimedOut {
+                url,
+                after: self.timeout,
+            }
+        } else {
+            QueryError::Unreachable {
+                url,
+                detail: chain(&e),
+            }
+        }
+    }
+
     /// POSTs the form (a long namespace list stays out of the URL) and returns `data`.
-    async fn query(&self, endpoint: &str, params: &[(&str, String)]) -> Result<Data, String> {
+    async fn query(&self, endpoint: &str, params: &[(&str, String)]) -> Result<Data, QueryError> {
         let started = Instant::now();
-        let mut form = reqwest::Url::parse("http://form.invalid/").map_err(|e| e.to_string())?;
+        // The form is encoded as a query string is; the URL around it is not sent.
+        let mut form = self.url.clone();
+        form.set_query(None);
         form.query_pairs_mut().extend_pairs(params);
+        let base = self.url.as_str().trim_end_matches('/');
         let mut request = self
             .client
-            .post(format!("{}/api/v1/{endpoint}", self.base))
+            .post(format!("{base}/api/v1/{endpoint}"))
             .header(
                 http::header::CONTENT_TYPE,
                 "application/x-www-form-urlencoded",
@@ -157,29 +254,34 @@ impl Api {
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }
-        let response = request.send().await.map_err(|e| chain(&e.without_url()))?;
-        let status = response.status();
-        let body = response.text().await.map_err(|e| chain(&e.without_url()))?;
-        let answer: Answer = serde_json::from_str(&body).map_err(|e| {
-            format!(
-                "HTTP {status}: not a Prometheus API answer ({e}): {}",
-                excerpt(&body)
-            )
-        })?;
+        let response = request.send().await.map_err(|e| self.unreachable(e))?;
+        let code = response.status();
+        let body = response.text().await.map_err(|e| self.unreachable(e))?;
         tracing::debug!(
             endpoint,
             ms = started.elapsed().as_millis() as u64,
             bytes = body.len(),
             "Prometheus query"
         );
-        match (answer.status.as_str(), answer.data) {
-            ("success", Some(data)) => Ok(data),
-            _ => Err(format!(
-                "HTTP {status}: {}: {}",
-                answer.error_type.unwrap_or_else(|| "error".into()),
-                answer.error.unwrap_or_default()
-            )),
-        }
+        answer(&self.url, status(code), &body)
+    }
+}
+
+/// An answer's `data`, or why there is none: not the API's JSON, or Prometheus's own error.
+fn answer(url: &reqwest::Url, status: HttpStatus, body: &str) -> Result<Data, QueryError> {
+    let answer: Answer = serde_json::from_str(body).map_err(|e| QueryError::NotAnAnswer {
+        url: shown(url),
+        status,
+        detail: e.to_string(),
+        excerpt: excerpt(body),
+    })?;
+    match (answer.status.as_str(), answer.data) {
+        ("success", Some(data)) => Ok(data),
+        _ => Err(QueryError::Refused {
+            status,
+            error_type: answer.error_type.unwrap_or_else(|| "error".into()),
+            error: answer.error.unwrap_or_default(),
+        }),
     }
 }
 
@@ -192,7 +294,7 @@ struct Answer {
     error: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Data {
     result_type: String,
@@ -210,12 +312,17 @@ struct VectorItem {
     metric: Labels,
 }
 
-fn to_history(data: Data, step: Duration) -> Result<History, String> {
+fn to_history(data: Data, step: Duration) -> Result<History, QueryError> {
     if data.result_type != "matrix" {
-        return Err(format!("expected a matrix, got a {}", data.result_type));
+        return Err(QueryError::NotAMatrix {
+            got: data.result_type,
+        });
     }
     let items: Vec<MatrixItem> =
-        serde_json::from_value(data.result).map_err(|e| format!("unreadable matrix: {e}"))?;
+        serde_json::from_value(data.result).map_err(|e| QueryError::Unreadable {
+            what: "matrix",
+            detail: e.to_string(),
+        })?;
     let mut history = History {
         step,
         pods: BTreeMap::new(),
@@ -243,84 +350,22 @@ fn to_history(data: Data, step: Duration) -> Result<History, String> {
     Ok(history)
 }
 
-fn to_results(data: Data) -> Result<Vec<Labels>, String> {
+fn to_results(data: Data) -> Result<Vec<Labels>, QueryError> {
     match data.result_type.as_str() {
         "vector" => serde_json::from_value::<Vec<VectorItem>>(data.result)
             .map(|items| items.into_iter().map(|i| i.metric).collect())
-            .map_err(|e| format!("unreadable vector: {e}")),
+            .map_err(|e| QueryError::Unreadable {
+                what: "vector",
+                detail: e.to_string(),
+            }),
         // A scalar or string is one result: a blocker written as `1` blocks.
         "scalar" | "string" => Ok(vec![Labels::new()]),
-        other => Err(format!(
-            "a blocker must be an instant vector query, got a {other}"
-        )),
+        _ => Err(QueryError::NotInstant {
+            got: data.result_type,
+        }),
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn data(json: serde_json::Value) -> Data {
-        serde_json::from_value::<Answer>(json)
-            .unwrap()
-            .data
-            .unwrap()
-    }
-
-    #[test]
-    fn a_matrix_becomes_per_pod_series() {
-        let d = data(
-            serde_json::json!({"status": "success", "data": {"resultType": "matrix", "result": [
-                {"metric": {"namespace": "shop", "pod": "web-1", "container": "app"},
-                 "values": [[1700000000, "100"], [1700000015.5, "NaN"], [1700000030, "300"]]},
-                {"metric": {"namespace": "shop", "pod": "web-1", "container": "proxy"}, "values": [[1700000000, "5"]]},
-                {"metric": {"pod": "no-namespace", "container": "x"}, "values": [[1700000000, "1"]]}
-            ]}}),
-        );
-        let h = to_history(d, Duration::from_secs(15)).unwrap();
-        let web = &h.pods[&("shop".to_string(), "web-1".to_string())];
-        assert_eq!(web.len(), 2);
-        assert_eq!(web[0].container, "app");
-        assert_eq!(web[0].samples, [(1.7e9, 100.0), (1_700_000_030.0, 300.0)]);
-        assert_eq!(h.pods.len(), 1);
-    }
-
-    /// Even settings made without the command line's check never send a token in clear.
-    #[test]
-    fn a_bearer_token_is_never_sent_to_plain_http() {
-        let settings = |url: &str| Settings {
-            url: url.parse().unwrap(),
-            bearer_token_file: Some("/nonexistent/token".into()),
-            ca_file: None,
-            timeout: Duration::from_secs(1),
-        };
-        let Err(e) = Api::new(&settings("http://prometheus.monitoring:9090")) else {
-            panic!("an http URL with a token was accepted");
-        };
-        assert!(e.contains("only over https"), "{e}");
-        // Over https the same settings get as far as reading the token file.
-        let Err(e) = Api::new(&settings("https://prometheus.monitoring:9090")) else {
-            panic!("a missing token file was accepted");
-        };
-        assert!(e.contains("cannot read the token file"), "{e}");
-    }
-
-    #[test]
-    fn blocker_answers() {
-        let firing = data(
-            serde_json::json!({"status": "success", "data": {"resultType": "vector", "result": [
-                {"metric": {"alertname": "NodeDown", "severity": "critical"}, "value": [1700000000, "1"]}
-            ]}}),
-        );
-        let got = to_results(firing).unwrap();
-        assert_eq!(history::result_names(&got), ["NodeDown"]);
-        let empty = data(
-            serde_json::json!({"status": "success", "data": {"resultType": "vector", "result": []}}),
-        );
-        assert_eq!(to_results(empty).unwrap(), Vec::<Labels>::new());
-        let matrix = data(
-            serde_json::json!({"status": "success", "data": {"resultType": "matrix", "result": []}}),
-        );
-        assert!(to_results(matrix).unwrap_err().contains("instant vector"));
-    }
-}
+#[path = "prometheus_tests.rs"]
+mod tests;

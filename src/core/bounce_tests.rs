@@ -18,7 +18,7 @@ pub(crate) fn fresh(w: &Workload) -> Box<Fresh> {
         context: Some(Context {
             excluded_namespaces: BTreeSet::new(),
             pdbs: vec![],
-            prometheus: Prometheus::off("not configured"),
+            prometheus: Prometheus::off(crate::core::history::QueryError::NotConfigured),
         }),
     })
 }

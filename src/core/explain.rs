@@ -485,7 +485,7 @@ mod tests {
             &Limits::max_bounces(10),
         );
         let target = parse_target("deploy/a/api").unwrap();
-        let off = Prometheus::off("not configured");
+        let off = Prometheus::off(crate::core::history::QueryError::NotConfigured);
         let e = explain(&target, &policies, &inv, &off, &p).unwrap();
         assert_eq!((e.policies.len(), e.policies_loaded), (2, 3));
         let mem = &e.policies[0];

@@ -37,20 +37,100 @@ pub struct History {
 /// One result of a blocker query: its labels (an alert's carry `alertname`).
 pub type Labels = BTreeMap<String, String>;
 
+/// An HTTP status as the edge saw it, e.g. `400 Bad Request` (the core names no HTTP type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpStatus {
+    pub code: u16,
+    /// The canonical reason phrase, when the code has one.
+    pub reason: Option<&'static str>,
+}
+
+impl std::fmt::Display for HttpStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // As the HTTP client prints a status, so the texts read as they always did.
+        let reason = self.reason.unwrap_or("<unknown status code>");
+        write!(f, "{} {reason}", self.code)
+    }
+}
+
+/// Why a query has no usable answer from Prometheus, or was never sent. Built at the edge from
+/// the client's errors as plain data, so a plan can say why and a caller can tell the cases
+/// apart; `url` is the server's base URL without credentials.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum QueryError {
+    /// No `--prometheus-url`: the history triggers are off and the blockers block.
+    #[error("no Prometheus configured (--prometheus-url)")]
+    NotConfigured,
+    /// No policy of this run reads memory history, so the range query was not sent.
+    #[error("no policy reads memory history")]
+    NotNeeded,
+    /// A query this run did not send (a blocker nobody asked for).
+    #[error("the query was not run")]
+    NotRun,
+    /// The client could not be set up (CA file, token file, a token over http): nothing was sent.
+    #[error("Prometheus at {url} not asked: {detail}")]
+    Client { url: String, detail: String },
+    /// No answer: the connection, TLS, or the answer broke off.
+    #[error("no answer from Prometheus at {url}: {detail}")]
+    Unreachable { url: String, detail: String },
+    /// No answer within `--prometheus-timeout`.
+    #[error(
+        "no answer from Prometheus at {url} within {} (--prometheus-timeout)",
+        humantime::format_duration(*after)
+    )]
+    TimedOut { url: String, after: Duration },
+    /// An answer that is not the API's JSON: a proxy's page, or a URL that is not Prometheus.
+    #[error("HTTP {status} from {url}: not a Prometheus API answer ({detail}): {excerpt}")]
+    NotAnAnswer {
+        url: String,
+        status: HttpStatus,
+        detail: String,
+        excerpt: String,
+    },
+    /// Prometheus refused the query: `error_type` is its own (`bad_data`, `timeout`, ...).
+    #[error("HTTP {status}: {error_type}: {error}")]
+    Refused {
+        status: HttpStatus,
+        error_type: String,
+        error: String,
+    },
+    /// The history query answered something other than a range vector.
+    #[error("expected a matrix, got a {got}")]
+    NotAMatrix { got: String },
+    /// A blocker answered a range vector: it must be an instant query.
+    #[error("a blocker must be an instant vector query, got a {got}")]
+    NotInstant { got: String },
+    /// The result had the right type but not the shape of one.
+    #[error("unreadable {what}: {detail}")]
+    Unreadable { what: &'static str, detail: String },
+}
+
+impl QueryError {
+    /// Whether the query reached Prometheus (or tried to), as opposed to never being sent.
+    pub fn was_sent(&self) -> bool {
+        !matches!(
+            self,
+            QueryError::NotConfigured
+                | QueryError::NotNeeded
+                | QueryError::NotRun
+                | QueryError::Client { .. }
+        )
+    }
+}
+
 /// What this run knows from Prometheus.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Prometheus {
-    /// Why Prometheus is not there at all (not configured); history and blockers say the same.
-    pub off: Option<String>,
+    /// Why Prometheus is not asked at all; history and blockers say the same.
+    pub off: Option<QueryError>,
     /// The history, or why it could not be read (then the history triggers are off).
-    pub history: Result<History, String>,
+    pub history: Result<History, QueryError>,
     /// Each blocker query to its results, or to why it failed.
-    pub blockers: BTreeMap<String, Result<Vec<Labels>, String>>,
+    pub blockers: BTreeMap<String, Result<Vec<Labels>, QueryError>>,
 }
 
 impl Prometheus {
-    pub fn off(why: impl Into<String>) -> Prometheus {
-        let why = why.into();
+    pub fn off(why: QueryError) -> Prometheus {
         Prometheus {
             off: Some(why.clone()),
             history: Err(why),
@@ -59,14 +139,11 @@ impl Prometheus {
     }
 
     /// A blocker's answer; one that was not asked (Prometheus off) fails, so it blocks.
-    pub fn blocker(&self, query: &str) -> Result<&[Labels], String> {
+    pub fn blocker(&self, query: &str) -> Result<&[Labels], QueryError> {
         match self.blockers.get(query) {
             Some(Ok(results)) => Ok(results),
             Some(Err(e)) => Err(e.clone()),
-            None => Err(self
-                .off
-                .clone()
-                .unwrap_or_else(|| "the query was not run".into())),
+            None => Err(self.off.clone().unwrap_or(QueryError::NotRun)),
         }
     }
 }
@@ -284,7 +361,109 @@ spec:
             ]),
             ["DiskFull", "NodeDown", r#"{job="api"}"#]
         );
-        let off = Prometheus::off("not configured");
-        assert_eq!(off.blocker("up"), Err("not configured".to_string()));
+    }
+
+    #[test]
+    fn a_blocker_without_an_answer_fails_with_the_reason() {
+        let off = Prometheus::off(QueryError::NotConfigured);
+        assert_eq!(off.blocker("up"), Err(QueryError::NotConfigured));
+        let asked = Prometheus {
+            off: None,
+            history: Err(QueryError::NotNeeded),
+            blockers: BTreeMap::from([("up".to_string(), Ok(vec![]))]),
+        };
+        assert_eq!(asked.blocker("up"), Ok(&[][..]));
+        assert!(matches!(asked.blocker("down"), Err(QueryError::NotRun)));
+    }
+
+    /// The wording a plan's reasons quote: where, what, and what to change.
+    #[test]
+    fn query_errors_read_as_the_plan_quotes_them() {
+        let url = "http://prometheus.monitoring:9090".to_string();
+        let status = |code, reason| HttpStatus {
+            code,
+            reason: Some(reason),
+        };
+        let cases = [
+            (
+                QueryError::NotConfigured,
+                "no Prometheus configured (--prometheus-url)",
+            ),
+            (QueryError::NotNeeded, "no policy reads memory history"),
+            (QueryError::NotRun, "the query was not run"),
+            (
+                QueryError::Client {
+                    url: url.clone(),
+                    detail: "cannot read the CA file /etc/ca.pem: No such file or directory (os error 2)"
+                        .into(),
+                },
+                "Prometheus at http://prometheus.monitoring:9090 not asked: cannot read the CA file /etc/ca.pem: No such file or directory (os error 2)",
+            ),
+            (
+                QueryError::Unreachable {
+                    url: url.clone(),
+                    detail: "error sending request: connection refused".into(),
+                },
+                "no answer from Prometheus at http://prometheus.monitoring:9090: error sending request: connection refused",
+            ),
+            (
+                QueryError::TimedOut {
+                    url: url.clone(),
+                    after: Duration::from_secs(10),
+                },
+                "no answer from Prometheus at http://prometheus.monitoring:9090 within 10s (--prometheus-timeout)",
+            ),
+            (
+                QueryError::NotAnAnswer {
+                    url: url.clone(),
+                    status: status(404, "Not Found"),
+                    detail: "expected value at line 1 column 1".into(),
+                    excerpt: "404 page not found".into(),
+                },
+                "HTTP 404 Not Found from http://prometheus.monitoring:9090: not a Prometheus API answer (expected value at line 1 column 1): 404 page not found",
+            ),
+            (
+                QueryError::Refused {
+                    status: status(400, "Bad Request"),
+                    error_type: "bad_data".into(),
+                    error: "1:6: parse error: unexpected end of input".into(),
+                },
+                "HTTP 400 Bad Request: bad_data: 1:6: parse error: unexpected end of input",
+            ),
+            (
+                QueryError::NotAMatrix {
+                    got: "vector".into(),
+                },
+                "expected a matrix, got a vector",
+            ),
+            (
+                QueryError::NotInstant {
+                    got: "matrix".into(),
+                },
+                "a blocker must be an instant vector query, got a matrix",
+            ),
+            (
+                QueryError::Unreadable {
+                    what: "vector",
+                    detail: "invalid type: string, expected a map".into(),
+                },
+                "unreadable vector: invalid type: string, expected a map",
+            ),
+        ];
+        for (error, text) in cases {
+            assert_eq!(error.to_string(), text);
+        }
+        let odd = HttpStatus {
+            code: 599,
+            reason: None,
+        };
+        assert_eq!(odd.to_string(), "599 <unknown status code>");
+        assert!(!QueryError::NotConfigured.was_sent());
+        assert!(
+            QueryError::NotAMatrix {
+                got: "vector".into()
+            }
+            .was_sent()
+        );
     }
 }

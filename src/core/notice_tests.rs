@@ -65,7 +65,10 @@ fn the_note_names_the_policy_and_the_reason() {
         "not bounced by policy leaks: blocked by blockWhen: NodeDown"
     );
     let failed = SkipReason::BlockerFailed {
-        error: "connection refused".into(),
+        error: crate::core::history::QueryError::Unreachable {
+            url: "http://prometheus:9090".into(),
+            detail: "connection refused".into(),
+        },
     };
     let (out, _) = notices([(&w("web"), "leaks", &failed)], &Told::new(), t(0));
     assert_eq!(out[0].reason, "BounceBlocked");

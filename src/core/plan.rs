@@ -10,7 +10,7 @@ pub use crate::core::gates::{
     Route, admits, blocker, cooldown, identity_gates, oldest_start, safety,
 };
 use crate::core::group::{self, Group};
-use crate::core::history::Prometheus;
+use crate::core::history::{Prometheus, QueryError};
 use crate::core::in_flight::in_flight;
 use crate::core::literals::whole_seconds;
 use crate::core::mark::{AttemptMark, AttemptOutcome};
@@ -122,7 +122,7 @@ pub fn plan(
     now: DateTime<Utc>,
     limits: &Limits,
 ) -> Plan {
-    let off = Prometheus::off("no Prometheus configured (--prometheus-url)");
+    let off = Prometheus::off(QueryError::NotConfigured);
     plan_with(policies, inventory, &off, now, limits)
 }
 

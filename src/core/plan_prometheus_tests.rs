@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::core::history::{History, Labels, Prometheus};
+use crate::core::history::{History, HttpStatus, Labels, Prometheus, QueryError};
 use crate::core::model::MetricsState;
 use crate::core::trend::tests::{NOW, history, leak_at, policy, t, workload};
 
@@ -17,7 +17,7 @@ fn inventory(w: Workload) -> Inventory {
     }
 }
 
-fn prom(history: Result<History, String>) -> Prometheus {
+fn prom(history: Result<History, QueryError>) -> Prometheus {
     Prometheus {
         off: None,
         history,
@@ -36,7 +36,7 @@ fn a_blocker_with_results_or_without_an_answer_blocks() {
     let p = policy("{above: 1Gi}", BLOCK);
     let query = p.block_when.clone().unwrap();
     let inv = inventory(workload(2048.0));
-    let mut answer = prom(Err("not needed".into()));
+    let mut answer = prom(Err(QueryError::NotNeeded));
     let skip = |prometheus: &Prometheus| {
         let plan = plan_with(std::slice::from_ref(&p), &inv, prometheus, t(NOW), &LIMITS);
         assert!(plan.bounces.is_empty(), "{:?}", plan.bounces);
@@ -54,16 +54,27 @@ fn a_blocker_with_results_or_without_an_answer_blocks() {
         "blocked by blockWhen: EtcdNoLeader, NodeDown"
     );
 
-    answer
-        .blockers
-        .insert(query.clone(), Err("HTTP 400: bad_data: parse error".into()));
+    let refused = QueryError::Refused {
+        status: HttpStatus {
+            code: 400,
+            reason: Some("Bad Request"),
+        },
+        error_type: "bad_data".into(),
+        error: "parse error".into(),
+    };
+    answer.blockers.insert(query.clone(), Err(refused.clone()));
     let reason = skip(&answer);
     assert_eq!(reason.code(), "blockerFailed");
-    assert!(reason.to_string().contains("parse error"), "{reason}");
+    assert!(
+        matches!(&reason, SkipReason::BlockerFailed { error } if *error == refused),
+        "{reason:?}"
+    );
+    assert_eq!(
+        reason.to_string(),
+        "blocked: the blockWhen query failed (HTTP 400 Bad Request: bad_data: parse error)"
+    );
 
-    let reason = skip(&Prometheus::off(
-        "no Prometheus configured (--prometheus-url)",
-    ));
+    let reason = skip(&Prometheus::off(QueryError::NotConfigured));
     assert_eq!(
         reason.to_string(),
         "blocked: the blockWhen query failed (no Prometheus configured (--prometheus-url))"

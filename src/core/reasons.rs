@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use crate::core::history::QueryError;
 use crate::core::literals::rfc3339;
 
 use crate::core::memory::MemoryState;
@@ -310,7 +311,7 @@ pub enum SkipReason {
     },
     /// The policy's blockWhen query could not be answered: fail closed.
     BlockerFailed {
-        error: String,
+        error: QueryError,
     },
     /// `restart.method: toolhive`, but the MCPServer asks its operator for a restart strategy
     /// other than rolling (`immediate` deletes every pod of the server at once).

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::core::history::{self, History};
+use crate::core::history::{self, History, QueryError};
+use crate::core::literals::rfc3339;
 use crate::core::memory::{limit_of, threshold_of};
 use crate::core::model::{PodSample, Workload};
 use crate::core::policy::MemoryTrigger;
@@ -51,8 +52,65 @@ fn pod_series(
         .collect()
 }
 
-fn human(seconds: f64) -> String {
-    humantime::format_duration(Duration::from_secs(seconds.max(0.0).round() as u64)).to_string()
+fn human(d: &Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(*d)
+}
+
+/// Seconds between samples as a whole-second span (what the messages show).
+fn span(seconds: f64) -> Duration {
+    Duration::from_secs(seconds.max(0.0).round() as u64)
+}
+
+/// Why a pod's history cannot be assessed by a trigger: it never makes the workload due.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NoHistory {
+    #[error("no memory limit")]
+    NoLimit,
+    /// `predict` projects to the threshold, else to the limit: it has neither.
+    #[error("no memory limit and no threshold to project to")]
+    NoTarget,
+    #[error("no samples in the last {}", human(window))]
+    NoSamples { window: Duration },
+    /// The pod may be gone, or Prometheus stopped scraping it.
+    #[error("stale: the last sample is {} old", human(age))]
+    Stale { age: Duration },
+    #[error("too few samples ({found} in the last {}, need {need})", human(window))]
+    TooFew {
+        found: usize,
+        window: Duration,
+        need: usize,
+    },
+    #[error("history covers {} of the {} window", human(covers), human(window))]
+    Short { covers: Duration, window: Duration },
+    /// `sustained` needs the whole window: a gap could hide a dip.
+    #[error("a {} gap in the samples", human(gap))]
+    Gap { gap: Duration },
+    /// No line fits samples that all share one instant.
+    #[error("samples at one instant")]
+    OneInstant,
+}
+
+/// Why a projected OOM does not make the workload due now (see `predict_case`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NotYet {
+    #[error("after the {} horizon", human(before))]
+    AfterHorizon { before: Duration },
+    #[error(
+        "after the next window ends at {} and the {} horizon",
+        rfc3339(*next_window_ends),
+        human(before)
+    )]
+    AfterNextWindow {
+        next_window_ends: DateTime<Utc>,
+        before: Duration,
+    },
+    #[error(
+        "after the next window opens at {}: waits for the window",
+        rfc3339(*next_window_opens)
+    )]
+    WaitsForWindow { next_window_opens: DateTime<Utc> },
+    #[error("no window opens in the next week")]
+    NoWindowSoon,
 }
 
 /// The samples of the last `window`, if there are enough of them and they are recent: a history
@@ -64,35 +122,37 @@ fn covered(
     step: Duration,
     min: usize,
     whole: bool,
-) -> Result<&[(f64, f64)], String> {
-    let (window, step) = (window.as_secs_f64(), step.as_secs_f64());
-    let first = all.partition_point(|(t, _)| *t < now - window - step / 2.0);
+) -> Result<&[(f64, f64)], NoHistory> {
+    let (seconds, step) = (window.as_secs_f64(), step.as_secs_f64());
+    let first = all.partition_point(|(t, _)| *t < now - seconds - step / 2.0);
     let last = all.partition_point(|(t, _)| *t <= now + step / 2.0);
     let inside = &all[first..last.max(first)];
     let slack = (2.0 * step).max(120.0);
     let (Some(&(oldest, _)), Some(&(newest, _))) = (inside.first(), inside.last()) else {
-        return Err(format!("no samples in the last {}", human(window)));
+        return Err(NoHistory::NoSamples { window });
     };
     if now - newest > slack {
-        return Err(format!(
-            "stale: the last sample is {} old",
-            human(now - newest)
-        ));
+        return Err(NoHistory::Stale {
+            age: span(now - newest),
+        });
     }
     if inside.len() < min {
-        return Err(format!(
-            "too few samples ({} in the last {}, need {min})",
-            inside.len(),
-            human(window)
-        ));
+        return Err(NoHistory::TooFew {
+            found: inside.len(),
+            window,
+            need: min,
+        });
     }
-    let need = if whole { window - slack } else { window / 2.0 };
+    let need = if whole {
+        seconds - slack
+    } else {
+        seconds / 2.0
+    };
     if newest - oldest < need {
-        return Err(format!(
-            "history covers {} of the {} window",
-            human(newest - oldest),
-            human(window)
-        ));
+        return Err(NoHistory::Short {
+            covers: span(newest - oldest),
+            window,
+        });
     }
     if whole
         && let Some(gap) = inside
@@ -100,7 +160,7 @@ fn covered(
             .map(|p| p[1].0 - p[0].0)
             .find(|gap| *gap > slack)
     {
-        return Err(format!("a {} gap in the samples", human(gap)));
+        return Err(NoHistory::Gap { gap: span(gap) });
     }
     Ok(inside)
 }
@@ -157,7 +217,7 @@ impl Best {
             self.closest = Some((score, why));
         }
     }
-    fn missing(&mut self, pod: &str, why: String) {
+    fn missing(&mut self, pod: &str, why: NoHistory) {
         self.no_history.get_or_insert(format!("{pod}: {why}"));
     }
     fn verdict(self, trigger: &'static str, windows_open: bool, out: &mut HistoryVerdicts) {
@@ -179,7 +239,7 @@ pub fn assess_history(
     trigger: Option<&MemoryTrigger>,
     windows: &[Window],
     w: &Workload,
-    history: &Result<History, String>,
+    history: &Result<History, QueryError>,
     now: DateTime<Utc>,
 ) -> HistoryVerdicts {
     let mut out = HistoryVerdicts::default();
@@ -196,10 +256,13 @@ pub fn assess_history(
         Ok(history) => history,
         Err(why) => {
             for trigger in names.into_iter().flatten() {
-                out.waiting.push(Waiting {
-                    trigger,
-                    detail: format!("off: {why}"),
-                });
+                // A query that failed says so; one never sent says why (not configured).
+                let detail = if why.was_sent() {
+                    format!("off: Prometheus history unavailable: {why}")
+                } else {
+                    format!("off: {why}")
+                };
+                out.waiting.push(Waiting { trigger, detail });
             }
             return out;
         }
@@ -222,7 +285,7 @@ pub fn assess_history(
         let mut best = Best::new();
         for (pod, limit, samples) in &series {
             let Some(threshold) = threshold_of(trigger.threshold, *limit) else {
-                best.missing(&pod.name, "no memory limit".into());
+                best.missing(&pod.name, NoHistory::NoLimit);
                 continue;
             };
             match covered(
@@ -256,7 +319,7 @@ pub fn assess_history(
                                 pod.name,
                                 format_bytes(low as u64),
                                 format_bytes(threshold),
-                                human(window.as_secs_f64()),
+                                human(&window),
                                 inside.len()
                             ),
                         );
@@ -282,7 +345,7 @@ pub fn assess_history(
             .and_then(|inside| {
                 fit(inside, now_s)
                     .map(|(slope, _)| (slope, inside.len()))
-                    .ok_or_else(|| "samples at one instant".to_string())
+                    .ok_or(NoHistory::OneInstant)
             });
             match fitted {
                 Err(why) => best.missing(&pod.name, why),
@@ -306,7 +369,7 @@ pub fn assess_history(
                                 "{} {:+.1} MiB/h <= {above:.1} MiB/h over {} ({n} samples)",
                                 pod.name,
                                 rate,
-                                human(g.window.as_secs_f64())
+                                human(&g.window)
                             ),
                         );
                     }
@@ -321,10 +384,7 @@ pub fn assess_history(
         let mut best = Best::new();
         for (pod, limit, samples) in &series {
             let Some(target) = threshold_of(trigger.threshold, *limit).or(*limit) else {
-                best.missing(
-                    &pod.name,
-                    "no memory limit and no threshold to project to".into(),
-                );
+                best.missing(&pod.name, NoHistory::NoTarget);
                 continue;
             };
             let fitted = covered(
@@ -338,7 +398,7 @@ pub fn assess_history(
             .and_then(|inside| {
                 fit(inside, now_s)
                     .map(|f| (f, inside.len()))
-                    .ok_or_else(|| "samples at one instant".to_string())
+                    .ok_or(NoHistory::OneInstant)
             });
             let ((slope, at_now), n) = match fitted {
                 Err(why) => {
@@ -354,7 +414,7 @@ pub fn assess_history(
                     format!(
                         "{} is not growing ({rate:+.1} MiB/h over {}, {n} samples)",
                         pod.name,
-                        human(p.window.as_secs_f64())
+                        human(&p.window)
                     ),
                 );
                 continue;
@@ -381,7 +441,7 @@ pub fn assess_history(
                         "{} reaches {} at {} ({rate:+.1} MiB/h), {why}",
                         pod.name,
                         format_bytes(target),
-                        crate::core::literals::rfc3339(projected)
+                        rfc3339(projected)
                     ),
                 ),
             }
@@ -401,14 +461,13 @@ fn predict_case(
     now: DateTime<Utc>,
     projected: DateTime<Utc>,
     before: Duration,
-) -> Result<PredictCase, String> {
+) -> Result<PredictCase, NotYet> {
     let horizon = now + chrono::Duration::from_std(before).unwrap_or(chrono::TimeDelta::MAX);
-    let rfc = crate::core::literals::rfc3339;
     if spans.is_empty() {
         return if projected <= horizon {
             Ok(PredictCase::Horizon { before })
         } else {
-            Err(format!("after the {} horizon", human(before.as_secs_f64())))
+            Err(NotYet::AfterHorizon { before })
         };
     }
     match spans
@@ -422,23 +481,21 @@ fn predict_case(
                     next_window_ends: close,
                 }),
                 _ if projected <= horizon => Ok(PredictCase::Horizon { before }),
-                Some(close) => Err(format!(
-                    "after the next window ends at {} and the {} horizon",
-                    rfc(close),
-                    human(before.as_secs_f64())
-                )),
-                None => Err(format!("after the {} horizon", human(before.as_secs_f64()))),
+                Some(close) => Err(NotYet::AfterNextWindow {
+                    next_window_ends: close,
+                    before,
+                }),
+                None => Err(NotYet::AfterHorizon { before }),
             }
         }
         None => match spans.iter().find(|(open, _)| *open > now) {
             Some(&(open, _)) if projected < open => Ok(PredictCase::OutsideWindow {
                 next_window_opens: open,
             }),
-            Some(&(open, _)) => Err(format!(
-                "after the next window opens at {}: waits for the window",
-                rfc(open)
-            )),
-            None => Err("no window opens in the next week".into()),
+            Some(&(open, _)) => Err(NotYet::WaitsForWindow {
+                next_window_opens: open,
+            }),
+            None => Err(NotYet::NoWindowSoon),
         },
     }
 }

@@ -9,6 +9,7 @@ use super::*;
 use crate::core::history::Series;
 use crate::core::model::{ContainerSample, Kind, RolloutStatus, UpdateStrategy, WorkloadRef};
 use crate::core::policy::{Policy, parse_str};
+use crate::core::schedule::window_spans;
 
 const MI: f64 = (1u64 << 20) as f64;
 const STEP: u64 = 15;
@@ -81,7 +82,7 @@ pub(crate) fn history(
     end: DateTime<Utc>,
     minutes: u64,
     mib: impl Fn(f64) -> f64,
-) -> Result<History, String> {
+) -> Result<History, QueryError> {
     let end_s = crate::core::history::seconds(end);
     let samples = (0..=minutes * 60 / STEP)
         .rev()
@@ -102,7 +103,7 @@ pub(crate) fn history(
     })
 }
 
-fn assess(p: &Policy, h: &Result<History, String>, now: &str) -> HistoryVerdicts {
+fn assess(p: &Policy, h: &Result<History, QueryError>, now: &str) -> HistoryVerdicts {
     assess_history(p.memory.as_ref(), &p.windows, &workload(100.0), h, t(now))
 }
 
@@ -159,12 +160,105 @@ fn missing_stale_or_short_history_never_fires() {
     let why = waiting(&assess(&p, &none, NOW));
     assert!(why.contains("no samples in the last 15m"), "{why}");
     // Prometheus down: every history trigger off, with the reason.
-    let off = Err("Prometheus history unavailable: connection refused".to_string());
+    let off = Err(QueryError::Unreachable {
+        url: "http://prometheus:9090".into(),
+        detail: "connection refused".into(),
+    });
     let v = assess(&p, &off, NOW);
     assert_eq!(
         waiting(&v),
-        "sustained: off: Prometheus history unavailable: connection refusedgrowth: off: Prometheus history unavailable: connection refused"
+        "sustained: off: Prometheus history unavailable: no answer from Prometheus at http://prometheus:9090: connection refused\
+         growth: off: Prometheus history unavailable: no answer from Prometheus at http://prometheus:9090: connection refused"
     );
+    // Not configured: no query failed, so none is said to.
+    let v = assess(&p, &Err(QueryError::NotConfigured), NOW);
+    assert!(
+        waiting(&v).starts_with("sustained: off: no Prometheus configured (--prometheus-url)"),
+        "{v:?}"
+    );
+}
+
+/// Each way a pod's samples fall short, as a variant: none of them is a bounce.
+#[test]
+fn samples_that_fall_short_say_how() {
+    let step = Duration::from_secs(STEP);
+    let window = Duration::from_secs(15 * 60);
+    let now = 10_000.0;
+    let every = |from: f64, to: f64, each: f64| -> Vec<(f64, f64)> {
+        let n = ((to - from) / each) as usize;
+        (0..=n).map(|i| (from + i as f64 * each, 1.0)).collect()
+    };
+    // How many samples are inside, or why too few.
+    let check = |samples: &[(f64, f64)], min, whole| {
+        covered(samples, now, window, step, min, whole).map(<[_]>::len)
+    };
+    assert_eq!(check(&[], 3, true), Err(NoHistory::NoSamples { window }));
+    let stale = every(now - 795.0, now - 600.0, 15.0);
+    assert_eq!(
+        check(&stale, 3, true),
+        Err(NoHistory::Stale {
+            age: Duration::from_secs(600)
+        })
+    );
+    let two = every(now - 15.0, now, 15.0);
+    assert!(matches!(
+        check(&two, 5, false),
+        Err(NoHistory::TooFew {
+            found: 2,
+            need: 5,
+            ..
+        })
+    ));
+    let short = every(now - 300.0, now, 15.0);
+    assert!(matches!(
+        check(&short, 3, true),
+        Err(NoHistory::Short { covers, .. }) if covers == Duration::from_secs(300)
+    ));
+    let mut gappy = every(now - 900.0, now - 600.0, 15.0);
+    gappy.extend(every(now - 300.0, now, 15.0));
+    assert_eq!(
+        check(&gappy, 3, true),
+        Err(NoHistory::Gap {
+            gap: Duration::from_secs(300)
+        })
+    );
+    // The same gap is fine for a line, which needs half the window.
+    assert!(check(&gappy, 5, false).is_ok());
+    assert_eq!(
+        NoHistory::TooFew {
+            found: 2,
+            window,
+            need: 5
+        }
+        .to_string(),
+        "too few samples (2 in the last 15m, need 5)"
+    );
+    assert_eq!(
+        NoHistory::Gap {
+            gap: Duration::from_secs(300)
+        }
+        .to_string(),
+        "a 5m gap in the samples"
+    );
+}
+
+/// The pods a trigger cannot assess, in the words the plan uses.
+#[test]
+fn a_pod_without_a_limit_or_a_line_is_not_enough_history() {
+    let mut w = workload(100.0);
+    w.pods[0].containers[0].limit = None;
+    let p = policy(
+        "{percentOfLimit: 90, sustained: 15m, predict: {before: 6h}}",
+        "",
+    );
+    let h = history(t(NOW), 60, |_| 500.0);
+    let v = assess_history(p.memory.as_ref(), &p.windows, &w, &h, t(NOW));
+    assert_eq!(
+        waiting(&v),
+        "sustained: not enough history (web-1: no memory limit)\
+         predict: not enough history (web-1: no memory limit and no threshold to project to)"
+    );
+    assert_eq!(NoHistory::OneInstant.to_string(), "samples at one instant");
 }
 
 #[test]
@@ -204,7 +298,7 @@ fn a_steady_leak_grows_faster_than_the_rate() {
 }
 
 /// 100 MiB/h, at `now_mib` now.
-pub(crate) fn leak_at(now: &str, now_mib: f64) -> Result<History, String> {
+pub(crate) fn leak_at(now: &str, now_mib: f64) -> Result<History, QueryError> {
     history(t(now), 60, move |ago| now_mib - ago * 100.0 / 60.0)
 }
 
@@ -260,6 +354,22 @@ fn predict_with_windows_bounces_outside_only_before_the_next_window() {
             "memory predict (web-1 reaches 1Gi at 2026-03-10T17:00:00Z, +100.0 MiB/h, outside the windows, before the next window opens at 2026-03-11T01:00:00Z)"
         )
     );
+    let spans = window_spans(&p.windows, t(NOW));
+    assert!(matches!(
+        predict_case(&spans, t(NOW), t("2026-03-11T02:00:00Z"), Duration::from_secs(7200)),
+        Err(NotYet::WaitsForWindow { next_window_opens }) if next_window_opens == t("2026-03-11T01:00:00Z")
+    ));
+    assert_eq!(
+        predict_case(
+            &[],
+            t(NOW),
+            t("2026-03-11T02:00:00Z"),
+            Duration::from_secs(7200)
+        ),
+        Err(NotYet::AfterHorizon {
+            before: Duration::from_secs(7200)
+        })
+    );
     // 50 MiB/h from 324 MiB: the OOM at 02:00 tomorrow, in the window that opens at 01:00.
     let slower = history(t(NOW), 60, |ago| 324.0 - ago * 50.0 / 60.0);
     let why = waiting(&assess(&p, &slower, NOW));
@@ -284,6 +394,15 @@ fn predict_with_windows_bounces_inside_before_the_next_window_ends() {
         "{v:?}"
     );
     // A leak that reaches 1Gi only in 3 days waits for a later window.
+    let spans = window_spans(&p.windows, t(inside));
+    let in_three_days = t("2026-03-13T02:00:00Z");
+    assert_eq!(
+        predict_case(&spans, t(inside), in_three_days, Duration::from_secs(7200)),
+        Err(NotYet::AfterNextWindow {
+            next_window_ends: t("2026-03-11T05:00:00Z"),
+            before: Duration::from_secs(7200),
+        })
+    );
     let slow = history(t(inside), 60, |ago| 300.0 - ago * 10.0 / 60.0);
     let why = waiting(&assess(&p, &slow, inside));
     assert!(

@@ -27,9 +27,45 @@ impl Request {
     }
 }
 
-struct Failure {
-    detail: String,
-    retry: bool,
+/// The HTTP client could not be built (its TLS setup): no notification can be sent.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", chain(.source))]
+pub struct ClientError {
+    #[source]
+    source: reqwest::Error,
+}
+
+/// Why one attempt failed. The texts never name the URL: a webhook's URL is its credential.
+#[derive(Debug, thiserror::Error)]
+enum AttemptError {
+    #[error("timed out after {}", humantime::format_duration(*after))]
+    TimedOut { after: Duration },
+    /// No answer: the connection, TLS, or the request broke off.
+    #[error("{}", chain(.source))]
+    Unreachable {
+        #[source]
+        source: reqwest::Error,
+    },
+    /// An answer other than 2xx, with the start of its body when it has one.
+    #[error("HTTP {status}{}", excerpt.as_deref().map(|e| format!(": {e}")).unwrap_or_default())]
+    Status {
+        status: reqwest::StatusCode,
+        excerpt: Option<String>,
+    },
+}
+
+impl AttemptError {
+    /// Whether another attempt can pass: no answer, or one that says "later".
+    fn retry(&self) -> bool {
+        match self {
+            AttemptError::TimedOut { .. } | AttemptError::Unreachable { .. } => true,
+            AttemptError::Status { status, .. } => {
+                status.is_server_error()
+                    || *status == reqwest::StatusCode::TOO_MANY_REQUESTS
+                    || *status == reqwest::StatusCode::REQUEST_TIMEOUT
+            }
+        }
+    }
 }
 
 /// Sends requests, each attempt (connection and body included) ending within `timeout`.
@@ -40,7 +76,7 @@ pub struct Sender {
 }
 
 impl Sender {
-    pub fn new(timeout: Duration, retries: u32) -> Result<Sender, String> {
+    pub fn new(timeout: Duration, retries: u32) -> Result<Sender, ClientError> {
         // reqwest is built without a crypto provider of its own, so the binary carries only
         // ring, which kube uses as well. Installing it fails harmlessly when one is installed.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -51,7 +87,9 @@ impl Sender {
             // A redirected POST would become a GET elsewhere; a webhook that moved is a failure.
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .map_err(|e| chain(&e.without_url()))?;
+            .map_err(|e| ClientError {
+                source: e.without_url(),
+            })?;
         Ok(Sender {
             client,
             timeout,
@@ -59,7 +97,7 @@ impl Sender {
         })
     }
 
-    async fn attempt(&self, req: &Request) -> Result<(), Failure> {
+    async fn attempt(&self, req: &Request) -> Result<(), AttemptError> {
         let sent = self
             .client
             .request(req.method.clone(), req.url.clone())
@@ -71,17 +109,12 @@ impl Sender {
             Ok(r) => r,
             Err(e) => {
                 let e = e.without_url();
-                let detail = if e.is_timeout() {
-                    format!(
-                        "timed out after {}",
-                        humantime::format_duration(self.timeout)
-                    )
+                return Err(if e.is_timeout() {
+                    AttemptError::TimedOut {
+                        after: self.timeout,
+                    }
                 } else {
-                    chain(&e)
-                };
-                return Err(Failure {
-                    detail,
-                    retry: true,
+                    AttemptError::Unreachable { source: e }
                 });
             }
         };
@@ -89,15 +122,10 @@ impl Sender {
         if status.is_success() {
             return Ok(());
         }
+        // The status is the answer; a body that breaks off only loses the excerpt.
         let body = response.text().await.unwrap_or_default();
-        let mut detail = format!("HTTP {status}");
-        if !body.trim().is_empty() {
-            detail.push_str(&format!(": {}", excerpt(&body)));
-        }
-        let retry = status.is_server_error()
-            || status == reqwest::StatusCode::TOO_MANY_REQUESTS
-            || status == reqwest::StatusCode::REQUEST_TIMEOUT;
-        Err(Failure { detail, retry })
+        let excerpt = (!body.trim().is_empty()).then(|| excerpt(&body));
+        Err(AttemptError::Status { status, excerpt })
     }
 
     /// Sends `req`, retrying up to `retries` times, and says how it went. Logs each failure.
@@ -116,28 +144,22 @@ impl Sender {
                         detail: None,
                     };
                 }
-                Err(f) if f.retry && n < last => {
+                Err(e) if e.retry() && n < last => {
                     tracing::warn!(
                         target = name,
                         attempt = n,
-                        "notification failed, retrying: {}",
-                        f.detail
+                        "notification failed, retrying: {e}"
                     );
                     tokio::time::sleep(backoff(n)).await;
                     n += 1;
                 }
-                Err(f) => {
-                    tracing::error!(
-                        target = name,
-                        attempts = n,
-                        "notification failed: {}",
-                        f.detail
-                    );
+                Err(e) => {
+                    tracing::error!(target = name, attempts = n, "notification failed: {e}");
                     return Delivery {
                         target,
                         status: DeliveryStatus::Failed,
                         attempts: n,
-                        detail: Some(f.detail),
+                        detail: Some(e.to_string()),
                     };
                 }
             }
@@ -161,5 +183,59 @@ mod tests {
             pauses,
             [500, 1000, 2000, 2000, 2000].map(Duration::from_millis)
         );
+    }
+
+    #[test]
+    fn an_answer_is_retried_only_when_it_says_later() {
+        let status = |code: u16, excerpt: Option<&str>| AttemptError::Status {
+            status: reqwest::StatusCode::from_u16(code).unwrap(),
+            excerpt: excerpt.map(str::to_string),
+        };
+        for code in [500, 503, 429, 408] {
+            assert!(status(code, None).retry(), "{code}");
+        }
+        for code in [400, 401, 403, 404, 301] {
+            assert!(!status(code, None).retry(), "{code}");
+        }
+        let after = Duration::from_secs(5);
+        assert!(AttemptError::TimedOut { after }.retry());
+        // What the report's delivery detail reads.
+        assert_eq!(
+            status(404, Some("no_service")).to_string(),
+            "HTTP 404 Not Found: no_service"
+        );
+        assert_eq!(
+            status(500, None).to_string(),
+            "HTTP 500 Internal Server Error"
+        );
+        assert_eq!(
+            AttemptError::TimedOut { after }.to_string(),
+            "timed out after 5s"
+        );
+    }
+
+    /// A client error reads as the client's causes; here a request the builder refuses stands
+    /// in for a TLS setup that fails, which a test cannot provoke.
+    #[test]
+    fn errors_without_an_answer_read_as_their_causes() {
+        let sender = Sender::new(Duration::from_secs(1), 0).unwrap();
+        let refused = sender
+            .client
+            .get("no-scheme")
+            .build()
+            .unwrap_err()
+            .without_url();
+        let text = chain(&refused);
+        let unreachable = AttemptError::Unreachable { source: refused };
+        assert!(unreachable.retry());
+        assert_eq!(unreachable.to_string(), text);
+        assert!(text.starts_with("builder error"), "{text}");
+        let source = sender
+            .client
+            .get("no-scheme")
+            .build()
+            .unwrap_err()
+            .without_url();
+        assert_eq!(ClientError { source }.to_string(), text);
     }
 }

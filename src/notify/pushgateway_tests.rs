@@ -219,7 +219,7 @@ fn every_skip_reason() -> Vec<SkipReason> {
         },
         SkipReason::Blocked { alerts: vec![] },
         SkipReason::BlockerFailed {
-            error: String::new(),
+            error: crate::core::history::QueryError::NotRun,
         },
         SkipReason::RestartStrategy {
             server: String::new(),
