@@ -335,7 +335,7 @@ fn a_gate_failing_on_the_fresh_read_skips_with_no_write() {
             Ok(fresh(&recreated)),
             SkipReason::Replaced {
                 was: "0b6f1c2e-5d4a-4e8b-9c3d-7f2a1b0c9d8e".into(),
-                now: "5f0c2a9e-1b7d-4c3e-8a6f-2d9e4b1c7a30".into(),
+                now: Some("5f0c2a9e-1b7d-4c3e-8a6f-2d9e4b1c7a30".into()),
             },
         ),
         (
@@ -933,5 +933,55 @@ fn the_bounce_targets_only_its_own_workload() {
             other => panic!("unexpected {other:?}"),
         };
         assert_eq!(t, &target);
+    }
+}
+
+/// The API server refuses a write named for the UID the fresh read found (409): the name changed
+/// hands in between. Nothing was written or disrupted, so it is a skip (`replaced`), which does
+/// not halt the queue, not a failed bounce, for the restart patch and for a controller's mark
+/// before its evictions alike.
+#[test]
+fn a_write_refused_for_its_uid_is_a_replaced_skip() {
+    let mut w = web(2);
+    w.uid = Some("0b6f1c2e-5d4a-4e8b-9c3d-7f2a1b0c9d8e".into());
+    let conflict = || EdgeError::Conflict {
+        message: "Precondition failed: UID in precondition".into(),
+    };
+    let rollout = policy("p", "web");
+    let mut evict = rollout.clone();
+    evict.restart.method = RestartMethod::Evict;
+    let scripts = [
+        (
+            &rollout,
+            Script {
+                reads: [Ok(fresh(&w))].into(),
+                patch: Some(Err(conflict())),
+                ..Script::default()
+            },
+        ),
+        (
+            &evict,
+            Script {
+                reads: [Ok(fresh(&w))].into(),
+                marks: [Err(conflict())].into(),
+                ..Script::default()
+            },
+        ),
+    ];
+    for (p, script) in scripts {
+        let (actions, out) = run(&bounce_of(&w, p), p, script);
+        assert!(
+            !actions.iter().any(|a| matches!(a, Action::Evict { .. })),
+            "{actions:?}"
+        );
+        let want = SkipReason::Replaced {
+            was: "0b6f1c2e-5d4a-4e8b-9c3d-7f2a1b0c9d8e".into(),
+            now: None,
+        };
+        assert_eq!(out.status, Status::Skipped(want.clone()));
+        assert_eq!(
+            want.to_string(),
+            "deleted and recreated since the fresh read: the API server refused the write for UID 0b6f1c2e-5d4a-4e8b-9c3d-7f2a1b0c9d8e, so nothing was written; the next run judges the new one"
+        );
     }
 }

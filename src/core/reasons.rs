@@ -288,7 +288,9 @@ pub enum SkipReason {
     /// now `now`): the new object is not the one the plan judged; the next run judges it.
     Replaced {
         was: String,
-        now: String,
+        /// The new object's UID, where a read found it; `None` when the API server refused a
+        /// write named for `was` (the name changed hands between the read and the write).
+        now: Option<String>,
     },
     /// The workload disappeared, or a safety read failed: fail closed.
     ReadFailed {
@@ -575,9 +577,16 @@ impl fmt::Display for SkipReason {
                 rfc3339(*since),
                 rfc3339(*until)
             ),
-            SkipReason::Replaced { was, now } => write!(
+            SkipReason::Replaced {
+                was,
+                now: Some(now),
+            } => write!(
                 f,
                 "deleted and recreated since the plan (UID {was}, now {now}): the next run judges the new one"
+            ),
+            SkipReason::Replaced { was, now: None } => write!(
+                f,
+                "deleted and recreated since the fresh read: the API server refused the write for UID {was}, so nothing was written; the next run judges the new one"
             ),
             SkipReason::ReadFailed { error } => {
                 write!(f, "could not re-read before acting: {error}")

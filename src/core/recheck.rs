@@ -53,7 +53,7 @@ pub fn before_acting(
                 .as_ref()
                 .map(ToString::to_string)
                 .unwrap_or_default(),
-            now: w.uid.as_ref().map(ToString::to_string).unwrap_or_default(),
+            now: Some(w.uid.as_ref().map(ToString::to_string).unwrap_or_default()),
         });
     }
     if w.restarted_at != b.seen_restarted_at {

@@ -190,7 +190,7 @@ fn every_skip_reason() -> Vec<SkipReason> {
         SkipReason::RestartedMeanwhile,
         SkipReason::Replaced {
             was: String::new(),
-            now: String::new(),
+            now: None,
         },
         SkipReason::InFlight {
             target: WorkloadRef {
