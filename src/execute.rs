@@ -167,6 +167,22 @@ pub struct Kube<'a> {
     /// (after a write, before a wait) and hangs, holding its Lease, so a fault test can SIGKILL
     /// it exactly there. Never set in production.
     pub halt_at: Option<String>,
+    /// `BOUNCER_TEST_PAUSE_BEFORE=STEP=DURATION`: the run waits that long before carrying out
+    /// that step, then goes on, so a fault test can take the API server away exactly under that
+    /// request. Never set in production.
+    pub pause_before: Option<(String, Duration)>,
+}
+
+/// `STEP=DURATION` of `BOUNCER_TEST_PAUSE_BEFORE`, e.g. `patch=20s`; anything else is ignored
+/// with a warning (a test hook, not a setting).
+pub fn pause_before(value: &str) -> Option<(String, Duration)> {
+    let parsed = value
+        .split_once('=')
+        .and_then(|(step, d)| Some((step.to_string(), humantime::parse_duration(d).ok()?)));
+    if parsed.is_none() {
+        tracing::warn!("BOUNCER_TEST_PAUSE_BEFORE={value:?} is not STEP=DURATION: ignored");
+    }
+    parsed
 }
 
 /// The executor for a plan: its queue machine over the `Kube` edge.
@@ -188,6 +204,15 @@ impl Cluster for Kube<'_> {
         let halt = action
             .step()
             .filter(|s| self.halt_at.as_deref() == Some(*s));
+        if let Some((_, pause)) = self
+            .pause_before
+            .as_ref()
+            .filter(|(step, _)| action.step() == Some(step.as_str()))
+        {
+            let step = action.step().unwrap_or_default();
+            eprintln!("bouncer: paused before {step} (BOUNCER_TEST_PAUSE_BEFORE)");
+            tokio::time::sleep(*pause).await;
+        }
         let waits = matches!(action, Action::Wait(_) | Action::Sleep { .. });
         if let Some(step) = halt.filter(|_| waits) {
             halted(step).await;

@@ -359,6 +359,9 @@ async fn run_locked(
             prometheus: settings.prometheus.as_ref(),
             clock,
             halt_at: std::env::var("BOUNCER_TEST_HALT_AT").ok(),
+            pause_before: std::env::var("BOUNCER_TEST_PAUSE_BEFORE")
+                .ok()
+                .and_then(|v| execute::pause_before(&v)),
         };
         let budget = (settings.rollout_timeout, settings.verify_settle);
         let outcomes = execute::execute(&plan, policies, &mut edge, budget, &stop).await;
