@@ -1346,7 +1346,7 @@ async fn api_server_gone_under_the_patch_fails_the_bounce_and_starts_nothing_mor
         &["run"],
         &policies,
         n,
-        &[("BOUNCER_TEST_PAUSE_BEFORE", "patch=8s")],
+        &[("BOUNCER_TEST_PAUSE_BEFORE", "patch=15s")],
     );
     let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
     let paused = tokio::time::timeout(READY, async {
