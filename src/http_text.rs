@@ -1,6 +1,6 @@
 //! How an HTTP client's failures read in bouncer's messages, for the Prometheus client (cluster
-//! edge) and the notifiers (shell) alike: the error with its causes on one line, and a short
-//! excerpt of a body that was not the expected answer.
+//! edge), the settings and the notifiers (shell) alike: the error with its causes on one line, a
+//! short excerpt of a body that was not the expected answer, and a URL without its credentials.
 
 /// Characters of a response body an error message quotes at most.
 pub const BODY_EXCERPT: usize = 200;
@@ -30,9 +30,27 @@ pub fn excerpt(body: &str) -> String {
     }
 }
 
+/// A URL as messages show it: without the user and password it may carry (basic auth: a
+/// credential), and without the `/` the parser adds, so it reads as the user wrote it.
+pub fn shown_url(url: &reqwest::Url) -> String {
+    let mut url = url.clone();
+    // Only a URL that cannot be a base refuses these, and one with a host always can.
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    url.as_str().trim_end_matches('/').to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shown_urls_carry_no_credentials() {
+        let url = "https://bouncer:secret@prometheus.monitoring:9090/prom/"
+            .parse()
+            .unwrap();
+        assert_eq!(shown_url(&url), "https://prometheus.monitoring:9090/prom");
+    }
 
     #[test]
     fn a_response_body_is_cut_to_one_short_line() {

@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use super::env_check::UnknownVariable;
 use super::{Flags, LogFormat};
+use crate::http_text::shown_url;
 use crate::notify::UrlParseError;
 use crate::report::Format;
 
@@ -39,15 +40,15 @@ pub enum SettingsError {
         #[source]
         source: UrlParseError,
     },
-    /// `url` is shown without its password, if it has one.
+    /// `url` as [`shown_url`] shows it, without credentials.
     #[error("{}: {url} must be an http:// or https:// URL", PROMETHEUS_URL)]
-    PrometheusNotHttp { url: reqwest::Url },
+    PrometheusNotHttp { url: String },
     #[error(
         "--prometheus-bearer-token-file / BOUNCER_PROMETHEUS_BEARER_TOKEN_FILE: a bearer token is \
          sent only over https, but {} is {url}",
         PROMETHEUS_URL
     )]
-    TokenOverHttp { url: reqwest::Url },
+    TokenOverHttp { url: String },
     #[error(transparent)]
     Notify(#[from] crate::notify::SettingsError),
 }
@@ -57,14 +58,6 @@ fn env_text(e: &envy::Error) -> String {
         envy::Error::Custom(msg) => format!("invalid BOUNCER_* environment variable: {msg}"),
         envy::Error::MissingValue(v) => format!("missing BOUNCER_{}", v.to_uppercase()),
     }
-}
-
-/// A URL as an error message may show it: a password in it is a credential.
-fn without_password(mut url: reqwest::Url) -> reqwest::Url {
-    if url.password().is_some() {
-        let _ = url.set_password(Some("***"));
-    }
-    url
 }
 
 /// Declares [`Env`] and the list of its own variables' names together, so the check for
@@ -266,12 +259,12 @@ fn prometheus(
         Err(source) => return Err(SettingsError::PrometheusNotAUrl { url, source }),
     };
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        let url = without_password(url);
+        let url = shown_url(&url);
         return Err(SettingsError::PrometheusNotHttp { url });
     }
     // Anyone on the path could read a token sent in clear and query Prometheus as bouncer.
     if bearer_token_file.is_some() && url.scheme() != "https" {
-        let url = without_password(url);
+        let url = shown_url(&url);
         return Err(SettingsError::TokenOverHttp { url });
     }
     Ok(Some(crate::cluster::prometheus::Settings {
@@ -378,7 +371,7 @@ mod tests {
             err.to_string(),
             "--prometheus-bearer-token-file / BOUNCER_PROMETHEUS_BEARER_TOKEN_FILE: a bearer token \
              is sent only over https, but --prometheus-url / BOUNCER_PROMETHEUS_URL is \
-             http://prometheus.monitoring:9090/"
+             http://prometheus.monitoring:9090"
         );
         // A password in the URL is not repeated in the message.
         let err = refused(Env {

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use crate::core::history::{
     self, History, HttpStatus, Labels, Needs, Prometheus, QueryError, Series,
 };
-use crate::http_text::{chain, excerpt};
+use crate::http_text::{chain, excerpt, shown_url as shown};
 
 const USER_AGENT: &str = concat!("bouncer/", env!("CARGO_PKG_VERSION"));
 
@@ -128,16 +128,6 @@ enum RedirectError {
     InClear { to: String },
     #[error("too many redirects")]
     TooMany,
-}
-
-/// A URL as messages show it: without the user and password it may carry (basic auth), and
-/// without the `/` the parser adds, so it reads as the user wrote it.
-fn shown(url: &reqwest::Url) -> String {
-    let mut url = url.clone();
-    // Only a URL that cannot be a base refuses these, and an http(s) URL always can.
-    let _ = url.set_username("");
-    let _ = url.set_password(None);
-    url.as_str().trim_end_matches('/').to_string()
 }
 
 fn status(s: reqwest::StatusCode) -> HttpStatus {
