@@ -201,15 +201,11 @@ pub async fn execute(
 
 impl Cluster for Kube<'_> {
     async fn carry_out(&mut self, action: &Action) -> Observation {
-        let halt = action
-            .step()
-            .filter(|s| self.halt_at.as_deref() == Some(*s));
-        if let Some((_, pause)) = self
-            .pause_before
-            .as_ref()
-            .filter(|(step, _)| action.step() == Some(step.as_str()))
+        let step = action.step();
+        let halt = step.filter(|s| self.halt_at.as_deref() == Some(*s));
+        if let (Some(step), Some((at, pause))) = (step, &self.pause_before)
+            && step == at
         {
-            let step = action.step().unwrap_or_default();
             eprintln!("bouncer: paused before {step} (BOUNCER_TEST_PAUSE_BEFORE)");
             tokio::time::sleep(*pause).await;
         }
@@ -430,7 +426,14 @@ impl Kube<'_> {
             return Err(EdgeError::Other { message });
         };
         let key = bare_key(&target.namespace, &target.name);
-        self.bare_marks = lease.record_bare(key, attempt).await.map_err(seen)?;
+        // The Lease is bouncer's own lock, not the pod: whatever refused its update (a conflict
+        // with another writer included) says nothing about the pod the machine acts on.
+        self.bare_marks = lease
+            .record_bare(key, attempt)
+            .await
+            .map_err(|e| EdgeError::Other {
+                message: e.to_string(),
+            })?;
         Ok(None)
     }
 

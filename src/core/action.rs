@@ -186,8 +186,9 @@ pub enum EdgeError {
     /// The object is not there (404): deleted since it was planned, or never created.
     #[error("{message}")]
     NotFound { message: String },
-    /// A condition of the write failed (409): the UID it was for (the object was deleted and
-    /// recreated), or the resourceVersion it was read at (someone wrote in between).
+    /// A condition of a write to the workload failed (409): the UID it was for (the object was
+    /// deleted and recreated), or the resourceVersion it was read at (someone wrote in between).
+    /// A write to bouncer's own Lease is never this: that is `Other`.
     #[error("{message}")]
     Conflict { message: String },
     /// The identity lacks a permission (401/403): retrying will not help.

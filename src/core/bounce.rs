@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 
 use crate::core::action::{Action, EdgeError, Event, EventKind, Fresh, Observation, PodRef, Stage};
 use crate::core::mark::{Attempt, AttemptMark};
-use crate::core::model::{Kind, McpServerRef, Method, Uid, Workload};
+use crate::core::model::{McpServerRef, Method, Uid, Workload};
 use crate::core::outcome::{Failure, FailureCode, Outcome, Status, attempt_outcome};
 use crate::core::plan::Bounce;
 use crate::core::policy::Policy;
@@ -203,10 +203,10 @@ impl<'a> Machine<'a> {
             (Phase::Marking { then }, Observation::Marked(marked)) => {
                 let version = match marked {
                     Ok(v) => v,
-                    // A controller's mark is a patch named for its UID (a bare pod's is on the
-                    // Lease, where a conflict is the Lease's): nothing was written or disrupted.
-                    Err(EdgeError::Conflict { .. }) if self.bounce.target.kind != Kind::Pod => {
-                        return self.skip(self.replaced(), now);
+                    // The mark is a patch named for the UID the fresh read found: a conflict is
+                    // the name having changed hands since; nothing was written or disrupted.
+                    Err(EdgeError::Conflict { .. }) => {
+                        return self.skip(recheck::replaced(self.bounce, None), now);
                     }
                     Err(e) => {
                         let nothing = match then {
@@ -252,7 +252,9 @@ impl<'a> Machine<'a> {
                 }
                 // The patch names the UID the fresh read found: a conflict is the name having
                 // changed hands since, and nothing was written.
-                Err(EdgeError::Conflict { .. }) => self.skip(self.replaced(), now),
+                Err(EdgeError::Conflict { .. }) => {
+                    self.skip(recheck::replaced(self.bounce, None), now)
+                }
                 Err(e) => self.fail(Failure::new(FailureCode::PatchFailed, e.to_string()), now),
             },
             (Phase::Requesting { server, value }, Observation::Requested(requested)) => {
@@ -495,19 +497,6 @@ impl<'a> Machine<'a> {
             target: self.bounce.target.clone(),
             server,
             value,
-        }
-    }
-
-    /// The workload the fresh read judged is gone under its name (a write for its UID refused).
-    fn replaced(&self) -> SkipReason {
-        SkipReason::Replaced {
-            was: self
-                .bounce
-                .seen_uid
-                .as_ref()
-                .map(ToString::to_string)
-                .unwrap_or_default(),
-            now: None,
         }
     }
 

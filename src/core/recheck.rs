@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 
 use crate::core::action::Fresh;
 use crate::core::gates::{Route, admits, blocker, evicting, preflight, safety};
+use crate::core::model::Uid;
 use crate::core::outcome::{Outcome, Status};
 use crate::core::overrides;
 use crate::core::plan::Bounce;
@@ -47,14 +48,7 @@ pub fn before_acting(
     let w = &fresh.workload;
     admits(policy, w, &context.excluded_namespaces)?;
     if w.uid != b.seen_uid {
-        return Err(SkipReason::Replaced {
-            was: b
-                .seen_uid
-                .as_ref()
-                .map(ToString::to_string)
-                .unwrap_or_default(),
-            now: Some(w.uid.as_ref().map(ToString::to_string).unwrap_or_default()),
-        });
+        return Err(replaced(b, Some(uid_text(w.uid.as_ref()))));
     }
     if w.restarted_at != b.seen_restarted_at {
         return Err(SkipReason::RestartedMeanwhile);
@@ -62,6 +56,19 @@ pub fn before_acting(
     // The workload's override annotations as they are now, not as the plan saw them.
     let policy = overrides::effective(policy, w)?;
     safety(&policy, w, &context.pdbs, &context.prometheus, now)
+}
+
+/// The workload the plan judged (`b.seen_uid`) is gone under its name: `now` is the UID a read
+/// found instead, or `None` when the API server refused a write named for the old one.
+pub fn replaced(b: &Bounce, now: Option<String>) -> SkipReason {
+    SkipReason::Replaced {
+        was: uid_text(b.seen_uid.as_ref()),
+        now,
+    }
+}
+
+fn uid_text(uid: Option<&Uid>) -> String {
+    uid.map(ToString::to_string).unwrap_or_default()
 }
 
 /// Evictions after a reverted restart (onRevert: evict) pass the gates of an eviction bounce on
