@@ -305,15 +305,12 @@ async fn observe(
         bare_marks,
     )
     .await;
-    match inventory {
-        Ok(i) => Ok(Observed {
-            inventory: i.with_bare_marks(&bare_marks),
-            prometheus,
-            bare_marks,
-            now,
-        }),
-        Err(e) => Err(e),
-    }
+    Ok(Observed {
+        inventory: inventory?.with_bare_marks(&bare_marks),
+        prometheus,
+        bare_marks,
+        now,
+    })
 }
 
 async fn run_locked(
