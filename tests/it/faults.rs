@@ -14,9 +14,9 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::harness::{
-    EVERY_MINUTE, Policies, apply, audit_mark, bouncer, bouncer_env, deploy, finish, keep_patching,
-    micro, next_minute, patches_of, pod_uids, pods, policy, restarted_at_of, spawn_bouncer,
-    stuck_on_restart, time, wait_restarted_at, written_by,
+    EVERY_MINUTE, Policies, apply, audit_mark, bouncer, bouncer_env, deploy, every_minute, finish,
+    keep_patching, kubectl_ok, micro, next_minute, node_ready, patches_of, pod_uids, pods, policy,
+    restarted_at_of, spawn_bouncer, stuck_on_restart, time, wait_restarted_at, written_by,
 };
 
 const READY: Duration = Duration::from_secs(180);
@@ -123,18 +123,7 @@ async fn two_runs_at_once_patch_each_workload_once() {
     let client = client().await;
     let ns = TestNs::new(&client, "twice").await;
     let n = ns.name();
-    for name in ["c1", "c2"] {
-        deploy(
-            &client,
-            n,
-            deployment(name, 1, &[("app", name), ("twice", "yes")]),
-        )
-        .await;
-    }
-    let policies = Policies::new(&[(
-        "p.yaml",
-        &policy("twice", n, "{twice: \"yes\"}", EVERY_MINUTE),
-    )]);
+    let policies = every_minute(&client, n, "twice", &["c1", "c2"]).await;
     next_minute(Duration::from_secs(1)).await;
     let mark = audit_mark();
 
@@ -677,19 +666,20 @@ fn metrics_api_available() -> bool {
     String::from_utf8_lossy(&out.stdout).trim() == "True"
 }
 
-/// Starts metrics-server again when the test that stopped it ends, pass or fail.
-struct MetricsServerStopped;
+/// Stops a control plane component (`scripts/cluster stop NAME`) and starts it again when the
+/// test that stopped it ends, pass or fail, so the lane's cluster is never left without it.
+struct Stopped(&'static str);
 
-impl MetricsServerStopped {
-    fn new() -> Self {
-        cluster_cmd(&["stop", "metrics-server"]);
-        Self
+impl Stopped {
+    fn new(component: &'static str) -> Self {
+        cluster_cmd(&["stop", component]);
+        Stopped(component)
     }
 }
 
-impl Drop for MetricsServerStopped {
+impl Drop for Stopped {
     fn drop(&mut self) {
-        cluster_cmd(&["start", "metrics-server"]);
+        cluster_cmd(&["start", self.0]);
     }
 }
 
@@ -706,7 +696,7 @@ async fn metrics_server_down_turns_memory_triggers_off_but_schedules_still_bounc
     let policies = memory_and_schedule_policies(n);
     let mem_pods = pod_uids(&client, n, "app=mem").await;
     {
-        let _down = MetricsServerStopped::new();
+        let _down = Stopped::new("metrics-server");
         // The aggregator notices within seconds (its availability check of the APIService).
         let deadline = Instant::now() + READY;
         while metrics_api_available() {
@@ -987,38 +977,26 @@ async fn a_workload_or_namespace_being_deleted_is_left_alone() {
         .await
         .expect("delete held");
     let hold = HoldDeployments::new(c);
-    let out = kubectl()
-        .args(["delete", "namespace", c, "--wait=false"])
-        .output()
-        .expect("kubectl delete namespace");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    kubectl_ok(&["delete", "namespace", c, "--wait=false"]);
     // The namespace controller has tried to empty it: the Deployment is still there and not
     // itself marked for deletion (the namespace is the only reason).
     let inclosing = Api::<Deployment>::namespaced(client.clone(), c);
-    let stuck = tokio::time::timeout(READY, async {
-        loop {
-            let ns = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-                .get(c)
-                .await
-                .expect("get namespace");
-            let tried = ns.status.and_then(|s| s.conditions).is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == "NamespaceDeletionContentFailure" && c.status == "True")
-            });
-            if tried {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    })
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
+    let tried = |ns: Option<&k8s_openapi::api::core::v1::Namespace>| {
+        let conditions = ns.and_then(|n| n.status.as_ref()?.conditions.as_ref());
+        conditions.is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "NamespaceDeletionContentFailure" && c.status == "True")
+        })
+    };
+    let stuck = tokio::time::timeout(
+        READY,
+        kube::runtime::wait::await_condition(namespaces, c, tried),
+    )
     .await;
     assert!(
-        stuck.is_ok(),
-        "namespace {c} never tried to delete its content"
+        matches!(stuck, Ok(Ok(Some(_)))),
+        "namespace {c} never tried to delete its content: {stuck:?}"
     );
     let d = inclosing.get("inclosing").await.expect("inclosing kept");
     assert!(d.metadata.deletion_timestamp.is_none(), "{:?}", d.metadata);
@@ -1162,21 +1140,16 @@ spec:
 "#
         ));
         let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
-        let ready = tokio::time::timeout(READY, async {
-            loop {
-                let node = nodes.get(&name).await.expect("get node");
-                let ready = node
-                    .status
-                    .and_then(|s| s.conditions)
-                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-                if ready {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        })
+        let ready = |n: Option<&k8s_openapi::api::core::v1::Node>| n.is_some_and(node_ready);
+        let ready = tokio::time::timeout(
+            READY,
+            kube::runtime::wait::await_condition(nodes, &name, ready),
+        )
         .await;
-        assert!(ready.is_ok(), "node {name} never became Ready");
+        assert!(
+            matches!(ready, Ok(Ok(Some(_)))),
+            "node {name} never became Ready: {ready:?}"
+        );
         OwnNode(name)
     }
 
@@ -1273,31 +1246,10 @@ async fn a_node_not_ready_under_the_pods_bounds_the_wait_and_takes_nothing_away(
             .iter()
             .find(|p| p.metadata.name.as_ref() == Some(name))
             .unwrap_or_else(|| panic!("old pod {name} was taken away"));
-        let ready = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-        assert!(ready, "old pod {name} not ready");
-    }
-}
-
-/// Stops kube-apiserver until dropped (then starts it again and waits for it), so a failing
-/// test never leaves the lane's cluster without one.
-struct ApiServerStopped;
-
-impl ApiServerStopped {
-    async fn new() -> Self {
-        tokio::task::spawn_blocking(|| cluster_cmd(&["stop", "kube-apiserver"]))
-            .await
-            .unwrap();
-        ApiServerStopped
-    }
-}
-
-impl Drop for ApiServerStopped {
-    fn drop(&mut self) {
-        cluster_cmd(&["start", "kube-apiserver"]);
+        assert!(
+            bouncer_testkit::rollout::is_pod_ready(pod),
+            "old pod {name} not ready"
+        );
     }
 }
 
@@ -1313,19 +1265,7 @@ async fn api_server_gone_under_the_patch_fails_the_bounce_and_starts_nothing_mor
     let client = client().await;
     let ns = TestNs::new(&client, "apipatch").await;
     let n = ns.name();
-    // Created first: its pods are the oldest, so the queue takes it first.
-    for name in ["a-first", "b-next"] {
-        deploy(
-            &client,
-            n,
-            deployment(name, 1, &[("app", name), ("apipatch", "yes")]),
-        )
-        .await;
-    }
-    let policies = Policies::new(&[(
-        "p.yaml",
-        &policy("apipatch", n, "{apipatch: \"yes\"}", EVERY_MINUTE),
-    )]);
+    let policies = every_minute(&client, n, "apipatch", &["a-first", "b-next"]).await;
     next_minute(Duration::from_secs(1)).await;
     let mark = audit_mark();
     let mut child = spawn_bouncer(
@@ -1350,7 +1290,7 @@ async fn api_server_gone_under_the_patch_fails_the_bounce_and_starts_nothing_mor
         matches!(paused, Ok(true)),
         "the run never paused before the patch"
     );
-    let down = ApiServerStopped::new().await;
+    let down = Stopped::new("kube-apiserver");
     let mut stdout = child.stdout.take().expect("stdout");
     let ended = tokio::time::timeout(READY, async {
         let mut report = String::new();

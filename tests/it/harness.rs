@@ -191,6 +191,22 @@ pub async fn deploy(client: &Client, ns: &str, d: Deployment) {
     .expect("deployment ready");
 }
 
+/// One-replica Deployments `names` labelled `app=NAME` and `KEY=yes`, each rolled out, and a
+/// policy `KEY` selecting them on an every-minute schedule (created in this order, the first has
+/// the oldest pods: the queue takes them in order).
+pub async fn every_minute(client: &Client, ns: &str, key: &str, names: &[&str]) -> Policies {
+    for name in names {
+        deploy(
+            client,
+            ns,
+            bouncer_testkit::deployment(name, 1, &[("app", name), (key, "yes")]),
+        )
+        .await;
+    }
+    let selector = format!("{{{key}: \"yes\"}}");
+    Policies::new(&[("p.yaml", &policy(key, ns, &selector, EVERY_MINUTE))])
+}
+
 /// Waits until the wall clock passes the next whole minute plus `margin`, so a `* * * * *`
 /// schedule has fired after everything created so far.
 pub async fn next_minute(margin: Duration) {
@@ -306,7 +322,8 @@ pub fn set_image(ns: &str, name: &str, image: &str) {
     ]);
 }
 
-fn kubectl_ok(args: &[&str]) {
+/// `kubectl ARGS`; panics with its stderr on failure.
+pub fn kubectl_ok(args: &[&str]) {
     let out = bouncer_testkit::kubectl()
         .args(args)
         .output()
@@ -498,13 +515,20 @@ pub async fn ready_nodes(client: &Client) -> i32 {
     let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
         .list(&ListParams::default())
         .await;
-    let ready = nodes.expect("list nodes").items.into_iter().filter(|n| {
-        n.status
-            .iter()
-            .flat_map(|s| s.conditions.iter().flatten())
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-    });
+    let ready = nodes
+        .expect("list nodes")
+        .items
+        .into_iter()
+        .filter(node_ready);
     i32::try_from(ready.count()).expect("node count")
+}
+
+/// True when the node's Ready condition is True.
+pub fn node_ready(n: &k8s_openapi::api::core::v1::Node) -> bool {
+    n.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 /// A Deployment with one replica per Ready node, kept one per node by required pod
