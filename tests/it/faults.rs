@@ -8,7 +8,7 @@ use bouncer_testkit::{PodTemplateExt, TestNs, client, deployment, kubectl, wait_
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -1139,8 +1139,8 @@ spec:
   taints: [{{key: bouncer.test/only, value: "{ns}", effect: NoSchedule}}]
 "#
         ));
-        let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
-        let ready = |n: Option<&k8s_openapi::api::core::v1::Node>| n.is_some_and(node_ready);
+        let nodes = Api::<Node>::all(client.clone());
+        let ready = |n: Option<&Node>| n.is_some_and(node_ready);
         let ready = tokio::time::timeout(
             READY,
             kube::runtime::wait::await_condition(nodes, &name, ready),
@@ -1153,10 +1153,11 @@ spec:
         OwnNode(name)
     }
 
-    /// Reports the node NotReady as a kubelet whose container runtime is down does (the
-    /// annotation keeps KWOK from making it Ready again; its lease is still renewed).
+    /// Takes the node's kubelet runtime down: KWOK's `node-kubelet-down` stage then reports the
+    /// node NotReady (its Lease still renewed), and the node lifecycle controller taints it
+    /// not-ready. Returns once the scheduler would see the taint.
     async fn not_ready(&self, client: &Client) {
-        let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
+        let nodes = Api::<Node>::all(client.clone());
         nodes
             .patch(
                 &self.0,
@@ -1167,19 +1168,39 @@ spec:
             )
             .await
             .expect("annotate node");
-        let now = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        nodes
-            .patch_status(
-                &self.0,
-                &PatchParams::default(),
-                &Patch::Strategic(json!({"status": {"conditions": [{
-                    "type": "Ready", "status": "False", "reason": "KubeletNotReady",
-                    "message": "container runtime is down", "lastHeartbeatTime": now,
-                }]}})),
-            )
-            .await
-            .expect("report the node NotReady");
+        let tainted = tokio::time::timeout(
+            READY,
+            kube::runtime::wait::await_condition(nodes, &self.0, |n: Option<&Node>| {
+                n.is_some_and(not_ready_and_tainted)
+            }),
+        )
+        .await;
+        assert!(
+            matches!(tainted, Ok(Ok(Some(_)))),
+            "node {} never became NotReady and tainted: {tainted:?}",
+            self.0
+        );
     }
+
+    async fn still_not_ready(&self, client: &Client) -> bool {
+        let nodes = Api::<Node>::all(client.clone());
+        nodes
+            .get(&self.0)
+            .await
+            .is_ok_and(|n| not_ready_and_tainted(&n))
+    }
+}
+
+fn not_ready_and_tainted(n: &Node) -> bool {
+    let tainted = n
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| {
+            t.iter()
+                .any(|t| t.key == "node.kubernetes.io/not-ready" && t.effect == "NoSchedule")
+        });
+    !node_ready(n) && tainted
 }
 
 impl Drop for OwnNode {
@@ -1226,6 +1247,10 @@ async fn a_node_not_ready_under_the_pods_bounds_the_wait_and_takes_nothing_away(
     let mark = audit_mark();
     let run = bouncer(&["run"], &policies, n).await;
 
+    assert!(
+        node.still_not_ready(&client).await,
+        "the node came back Ready during the run: the fault did not hold"
+    );
     assert_eq!(
         run.code, 1,
         "stderr: {}\nreport: {:#}",
