@@ -21,10 +21,13 @@ use crate::cluster::watch::{self as rollout, WaitError};
 use crate::cluster::{restart, revert, toolhive};
 use crate::core::action::{Action, Context, EdgeError, EventKind, Fresh, Observation, Stage};
 use crate::core::history::{self, Needs};
-use crate::core::literals::{REASON_BOUNCED, REASON_FAILED, REASON_REVERTED, REASON_SUPERSEDED};
-use crate::core::mark::{AttemptMark, BareMarks, bare_key};
+use crate::core::in_flight::LeftRequest;
+use crate::core::literals::{
+    REASON_BOUNCED, REASON_FAILED, REASON_REQUEST_WITHDRAWN, REASON_REVERTED, REASON_SUPERSEDED,
+};
+use crate::core::mark::{AttemptMark, AttemptOutcome, BareMarks, bare_key};
 use crate::core::model::{Kind, Uid, Workload, WorkloadRef};
-use crate::core::outcome::{Failure, FailureCode, Outcome};
+use crate::core::outcome::{Failure, FailureCode, Outcome, Status};
 use crate::core::plan::Plan;
 use crate::core::policy::Policy;
 use crate::core::queue::Queue;
@@ -193,6 +196,22 @@ pub async fn execute(
     (default_timeout, settle): (Duration, Duration),
     stop: &watch::Receiver<Stop>,
 ) -> Vec<Outcome> {
+    for left in &plan.left_requests {
+        if let Err(e) = edge.withdraw_left(left).await {
+            let why = format!(
+                "{e}: no bounce starts while the operator may still act on it (the next run tries again)"
+            );
+            tracing::error!(workload = %left.target, "{why}");
+            return plan
+                .bounces
+                .iter()
+                .map(|b| Outcome {
+                    status: Status::Interrupted(why.clone()),
+                    ..crate::core::recheck::planned(b)
+                })
+                .collect();
+        }
+    }
     let by_name: BTreeMap<&str, &Policy> = policies.iter().map(|p| (p.name.as_str(), p)).collect();
     let queue = Queue::new(&plan.bounces, &by_name, default_timeout, settle);
     let clock = edge.clock;
@@ -338,6 +357,55 @@ impl Kube<'_> {
 }
 
 impl Kube<'_> {
+    /// Withdraws the restart request an interrupted run left on an MCPServer (past its
+    /// timeout, unanswered), as that run would have at its timeout: only while the server
+    /// still holds bouncer's unprocessed request (`core::toolhive::left_value`), by a patch
+    /// that tests the value first. Then the attempt is recorded `interrupted`, so the next run
+    /// does not find it again, and a Warning Event tells it on the workload.
+    async fn withdraw_left(&mut self, left: &LeftRequest) -> Result<(), EdgeError> {
+        let (target, server) = (&left.target, &left.server);
+        let by = format!("MCPServer {}/{}", target.namespace, server.name);
+        let state = toolhive::read(&self.client, &target.namespace, server)
+            .await
+            .map_err(seen)?;
+        let asked = crate::core::literals::rfc3339(left.attempt.time);
+        let note = match crate::core::toolhive::left_value(&state, server) {
+            Some(value) => {
+                toolhive::withdraw(&self.client, &target.namespace, server, &value)
+                    .await
+                    .map_err(seen)?;
+                format!(
+                    "withdrew the restart request {value} on {by} that an earlier run asked at {asked} and was stopped before the operator acted; the operator did not act within the bounce's timeout"
+                )
+            }
+            None => format!(
+                "an earlier run asked {by} for a restart at {asked} and was stopped before the operator acted; the MCPServer no longer holds that request unprocessed, so nothing was withdrawn"
+            ),
+        };
+        tracing::warn!(workload = %target, "{note}");
+        let attempt = left.attempt.with_outcome(AttemptOutcome::Interrupted);
+        let history = left.mark.recorded(&attempt);
+        if let Err(e) = self
+            .mark(target, left.uid.as_ref(), &attempt, &history)
+            .await
+        {
+            // The request is gone either way; the next run finds nothing to withdraw and
+            // records the attempt then.
+            tracing::warn!(workload = %target, "could not record the attempt mark: {e}");
+        }
+        let now = (self.clock)();
+        events::emit(
+            &self.client,
+            target,
+            REASON_REQUEST_WITHDRAWN,
+            &note,
+            Severity::Warning,
+            now,
+        )
+        .await;
+        Ok(())
+    }
+
     /// A wall-clock deadline as the runtime's instant.
     fn instant(&self, at: DateTime<Utc>) -> tokio::time::Instant {
         let left = (at - (self.clock)()).to_std().unwrap_or_default();

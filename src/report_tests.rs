@@ -67,6 +67,7 @@ fn fixture() -> (Plan, Vec<Outcome>) {
         dry_run: vec![],
         dry_run_policies: Default::default(),
         suspended_policies: Default::default(),
+        left_requests: vec![],
     };
     let outcome = |name: &str, status: Status, secs: i64| Outcome {
         policy: "mcp".into(),

@@ -56,6 +56,27 @@ struct Metadata {
     annotations: Option<std::collections::BTreeMap<String, String>>,
     #[serde(default)]
     resource_version: Option<String>,
+    #[serde(default)]
+    managed_fields: Option<Vec<ManagedEntry>>,
+}
+
+#[derive(Deserialize)]
+struct ManagedEntry {
+    #[serde(default)]
+    manager: Option<String>,
+    #[serde(rename = "fieldsV1", default)]
+    fields_v1: Option<serde_json::Value>,
+}
+
+impl ManagedEntry {
+    /// This entry owns the resource's `restarted-at` (fieldsV1 spells a key `f:<key>`).
+    fn owns_restarted_at(&self) -> bool {
+        let key = format!("f:{TOOLHIVE_RESTARTED_AT}");
+        self.fields_v1
+            .as_ref()
+            .and_then(|f| f.get("f:metadata")?.get("f:annotations")?.get(&key))
+            .is_some()
+    }
 }
 
 fn request(namespace: &str, server: &McpServerRef) -> Request {
@@ -68,16 +89,25 @@ fn request(namespace: &str, server: &McpServerRef) -> Request {
 fn state(server: &McpServerRef, json: &str) -> Result<McpServerState, kube::Error> {
     let r: Resource = serde_json::from_str(json).map_err(kube::Error::SerdeError)?;
     let mut annotations = r.metadata.annotations.unwrap_or_default();
+    let requested_by_bouncer = r
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .any(|e| e.manager.as_deref() == Some(FIELD_MANAGER) && e.owns_restarted_at());
     Ok(McpServerState {
         name: server.name.clone(),
         uid: r.metadata.uid.unwrap_or_default(),
         strategy: annotations.remove(TOOLHIVE_RESTART_STRATEGY),
         last_processed: annotations.remove(TOOLHIVE_LAST_PROCESSED),
         resource_version: r.metadata.resource_version.unwrap_or_default(),
+        restarted_at: annotations.remove(TOOLHIVE_RESTARTED_AT),
+        requested_by_bouncer,
     })
 }
 
-/// The MCPServer's UID and restart annotations, right before asking.
+/// The MCPServer's UID and restart annotations (and who wrote its `restarted-at`), right
+/// before asking, or before withdrawing a request an interrupted run left.
 pub async fn read(
     client: &Client,
     namespace: &str,
@@ -181,4 +211,56 @@ pub async fn withdraw(
         name: server.name.clone(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server() -> McpServerRef {
+        McpServerRef {
+            api_version: "toolhive.stacklok.dev/v1beta1".into(),
+            name: "fetch".into(),
+            uid: "u1".into(),
+        }
+    }
+
+    /// As the API server returns an MCPServer bouncer asked, and the operator then annotated.
+    #[test]
+    fn the_request_is_bouncers_while_its_field_manager_owns_the_annotation() {
+        let json = |manager: &str| {
+            json!({"metadata": {
+                "uid": "u1",
+                "resourceVersion": "42",
+                "annotations": {
+                    TOOLHIVE_RESTARTED_AT: "2026-12-03T10:00:00Z",
+                    TOOLHIVE_LAST_PROCESSED: "2026-12-03T09:00:00Z",
+                },
+                "managedFields": [
+                    {"manager": "thv-operator", "operation": "Update", "fieldsV1": {
+                        "f:metadata": {"f:annotations": {
+                            format!("f:{TOOLHIVE_LAST_PROCESSED}"): {}}}}},
+                    {"manager": manager, "operation": "Update", "fieldsV1": {
+                        "f:metadata": {"f:annotations": {
+                            format!("f:{TOOLHIVE_RESTARTED_AT}"): {}}}}},
+                ],
+            }})
+            .to_string()
+        };
+        let ours = state(&server(), &json(FIELD_MANAGER)).unwrap();
+        assert_eq!(ours.restarted_at.as_deref(), Some("2026-12-03T10:00:00Z"));
+        assert_eq!(ours.last_processed.as_deref(), Some("2026-12-03T09:00:00Z"));
+        assert_eq!(
+            (ours.uid.as_str(), ours.resource_version.as_str()),
+            ("u1", "42")
+        );
+        assert!(ours.requested_by_bouncer);
+        let theirs = state(&server(), &json("kubectl-annotate")).unwrap();
+        assert!(!theirs.requested_by_bouncer);
+        let bare = state(&server(), r#"{"metadata": {"uid": "u1"}}"#).unwrap();
+        assert_eq!(
+            (bare.restarted_at, bare.requested_by_bouncer),
+            (None, false)
+        );
+    }
 }

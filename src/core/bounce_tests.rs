@@ -151,6 +151,8 @@ fn server_state(strategy: Option<&str>) -> McpServerState {
         strategy: strategy.map(Into::into),
         last_processed: None,
         resource_version: "7".into(),
+        restarted_at: None,
+        requested_by_bouncer: false,
     }
 }
 

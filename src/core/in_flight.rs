@@ -4,13 +4,19 @@
 //! and those are enough: while that workload has not finished rolling, within the bounce's
 //! timeout, no other bounce starts; once it has, the planner reads the `started` mark with its
 //! new pods as bounced, as it reads any verified rollout.
+//!
+//! A restart asked of ToolHive's operator (`restart.method: toolhive`) is in flight from the
+//! request on, before the Deployment moves: while the operator has not acted on it, it may at
+//! any moment. Past its timeout the dead run would have withdrawn it; the next run does
+//! (`LeftRequest`), so a request nobody follows never restarts the server later, unobserved.
 
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use crate::core::mark::AttemptOutcome;
-use crate::core::model::{Kind, Workload, WorkloadRef};
+use crate::core::literals::whole_seconds;
+use crate::core::mark::{Attempt, AttemptMark, AttemptOutcome};
+use crate::core::model::{Kind, McpServerRef, Method, Uid, Workload, WorkloadRef};
 use crate::core::policy::Policy;
 use crate::core::rollout::{RolloutState, state};
 
@@ -39,9 +45,9 @@ pub fn in_flight<'a>(
             if latest.outcome != AttemptOutcome::Started {
                 return None;
             }
-            let timeout = policy.restart.timeout.unwrap_or(default_timeout);
-            let until = latest.time + TimeDelta::from_std(timeout).unwrap_or(TimeDelta::MAX);
-            let rolling = state(w.target.kind, w.strategy, &w.status) != RolloutState::Complete;
+            let until = until(latest, policy, default_timeout);
+            let rolling = state(w.target.kind, w.strategy, &w.status) != RolloutState::Complete
+                || unanswered(w, latest);
             (now < until && rolling).then(|| InFlight {
                 target: w.target.clone(),
                 since: latest.time,
@@ -49,4 +55,62 @@ pub fn in_flight<'a>(
             })
         })
         .min_by_key(|f| f.since)
+}
+
+/// A restart request an interrupted run left on an MCPServer that its operator has not acted
+/// on within the bounce's timeout: the next run withdraws it (if the MCPServer still holds
+/// bouncer's unprocessed request) and records the attempt `interrupted`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeftRequest {
+    pub target: WorkloadRef,
+    /// The Deployment's UID as the snapshot read it: the mark is written for it.
+    pub uid: Option<Uid>,
+    pub server: McpServerRef,
+    /// The attempt the dead run marked `started`, and the mark it is in.
+    pub attempt: Attempt,
+    pub mark: AttemptMark,
+}
+
+/// Of the same controllers as `in_flight`, those whose latest attempt is a ToolHive request
+/// marked `started`, unanswered by the operator, and past its timeout.
+pub fn left_requests<'a>(
+    marked: impl Iterator<Item = (&'a Workload, &'a Policy)>,
+    default_timeout: Duration,
+    now: DateTime<Utc>,
+) -> Vec<LeftRequest> {
+    marked
+        .filter_map(|(w, policy)| {
+            let latest = w.attempt.latest()?;
+            let server = w.toolhive.server.as_deref()?;
+            let left = latest.outcome == AttemptOutcome::Started
+                && unanswered(w, latest)
+                && now >= until(latest, policy, default_timeout);
+            left.then(|| LeftRequest {
+                target: w.target.clone(),
+                uid: w.uid.clone(),
+                server: server.clone(),
+                attempt: latest.clone(),
+                mark: w.attempt.clone(),
+            })
+        })
+        .collect()
+}
+
+fn until(latest: &Attempt, policy: &Policy, default_timeout: Duration) -> DateTime<Utc> {
+    let timeout = policy.restart.timeout.unwrap_or(default_timeout);
+    latest.time + TimeDelta::from_std(timeout).unwrap_or(TimeDelta::MAX)
+}
+
+/// A request to ToolHive's operator that it has not acted on: the proxy's pod template holds no
+/// `restarted-at` (the operator writes the time it acted) as late as the attempt. A request is
+/// never earlier than its attempt began (whole seconds), so a later value is the operator's
+/// answer to it.
+fn unanswered(w: &Workload, latest: &Attempt) -> bool {
+    let acted = w
+        .toolhive
+        .restarted_at
+        .as_deref()
+        .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
+        .is_some_and(|t| t.to_utc() >= whole_seconds(latest.time));
+    latest.method == Method::Toolhive && !acted
 }

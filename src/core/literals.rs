@@ -62,6 +62,9 @@ pub const REASON_FAILED: &str = "BounceFailed";
 pub const REASON_REVERTED: &str = "BounceReverted";
 /// Someone else's restart overtook bouncer's while it waited (Normal).
 pub const REASON_SUPERSEDED: &str = "BounceSuperseded";
+/// A restart request an interrupted run left on an MCPServer, unanswered past its timeout, that
+/// the next run withdrew (Warning).
+pub const REASON_REQUEST_WITHDRAWN: &str = "BounceRequestWithdrawn";
 /// A due workload the circuit breaker (`spec.breaker`) kept from being bounced (Warning).
 pub const REASON_BREAKER_OPEN: &str = "BounceBreakerOpen";
 /// A due workload its policy's `blockWhen` held back: a firing alert, or no answer (Warning).

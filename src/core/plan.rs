@@ -11,7 +11,7 @@ pub use crate::core::gates::{
 };
 use crate::core::group::{self, Group};
 use crate::core::history::{Prometheus, QueryError};
-use crate::core::in_flight::in_flight;
+use crate::core::in_flight::{LeftRequest, in_flight, left_requests};
 use crate::core::literals::whole_seconds;
 use crate::core::mark::{AttemptMark, AttemptOutcome};
 use crate::core::memory::{self, Evaluation, MemoryReading, MemoryState};
@@ -71,6 +71,9 @@ pub struct Plan {
     /// Names of the loaded policies with `spec.dryRun` and `spec.suspend`.
     pub dry_run_policies: BTreeSet<String>,
     pub suspended_policies: BTreeSet<String>,
+    /// Restart requests interrupted runs left unanswered on MCPServers past their timeout: a
+    /// run withdraws them before its first bounce (their workloads are skipped, `requestLeft`).
+    pub left_requests: Vec<LeftRequest>,
 }
 
 #[derive(Debug, Clone)]
@@ -215,12 +218,28 @@ pub fn plan_with(
     let mut bounces = cap(units, &policies, limits, &mut chosen, &mut skips);
     // A rollout an earlier run started and never saw through is still going: starting another
     // beside it would put two workloads' pods in flight at once.
-    let marked = inventory.workloads.iter().filter_map(|w| {
-        let name = &w.attempt.latest()?.policy;
-        let p = policies.iter().find(|p| &p.name == name && selects(p, w))?;
-        Some((w, *p))
-    });
-    if let Some(f) = in_flight(marked, limits.rollout_timeout, now) {
+    let marked = || {
+        inventory.workloads.iter().filter_map(|w| {
+            let name = &w.attempt.latest()?.policy;
+            let p = policies.iter().find(|p| &p.name == name && selects(p, w))?;
+            Some((w, *p))
+        })
+    };
+    let left = left_requests(marked(), limits.rollout_timeout, now);
+    for l in &left {
+        let reason = SkipReason::RequestLeft {
+            server: format!("{}/{}", l.target.namespace, l.server.name),
+            since: l.attempt.time,
+        };
+        let (held, go): (Vec<Bounce>, Vec<Bounce>) =
+            bounces.drain(..).partition(|b| b.target == l.target);
+        bounces = go;
+        skips.extend(held.into_iter().map(|b| skip_of(b, reason.clone())));
+        for s in skips.iter_mut().filter(|s| s.target == l.target) {
+            s.reason = reason.clone();
+        }
+    }
+    if let Some(f) = in_flight(marked(), limits.rollout_timeout, now) {
         let reason = SkipReason::InFlight {
             target: f.target,
             since: f.since,
@@ -242,6 +261,7 @@ pub fn plan_with(
             .filter(|p| p.suspend)
             .map(|p| p.name.clone())
             .collect(),
+        left_requests: left,
     }
 }
 

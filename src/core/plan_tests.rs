@@ -640,6 +640,88 @@ fn case1_attempt_mark_is_honoured_by_cooldown_and_schedule() {
     assert_eq!(reason_of(&bad, "db").code(), "badAttemptMark");
 }
 
+/// Fault 1 at `request`: a run killed right after asking ToolHive's operator for a restart of
+/// `a` (its MCPServer's restarted-at) left a request the operator may act on at any moment.
+/// Within the bounce's timeout it holds every other bounce back (`bounceInFlight`), although
+/// `a`'s Deployment has not moved; once the operator has acted (the template's restarted-at
+/// as late as the attempt) it is judged by its rollout, as any. Past the timeout, unanswered,
+/// it is left: `a` is skipped `requestLeft` and the plan lists it for the run to withdraw,
+/// and `b` goes on.
+#[test]
+fn a_toolhive_request_an_earlier_run_left_holds_the_queue_then_is_withdrawn() {
+    use crate::core::mark::{Attempt, AttemptHistory, AttemptMark};
+    use crate::core::model::{McpServerRef, ToolhiveRestart};
+    let p = over(policy("mem", "web"), 100);
+    let b = deployment("shop", "b", "web", vec![pod("b-1", "web", OLD, Some(900))]);
+    let a = |asked: &str, acted: Option<&str>| {
+        let mut a = deployment("shop", "a", "web", vec![pod("a-1", "web", OLD, Some(900))]);
+        let attempt = Attempt::new(t(asked), "mem", Method::Toolhive);
+        a.attempt = AttemptMark::Seen(Box::new(AttemptHistory::of(&attempt)));
+        a.toolhive = ToolhiveRestart {
+            server: Some(Box::new(McpServerRef {
+                api_version: "toolhive.stacklok.dev/v1beta1".into(),
+                name: "a".into(),
+                uid: "uid-a".into(),
+            })),
+            restarted_at: acted.map(Into::into),
+        };
+        a
+    };
+    let cases = [
+        // (asked, the template's restarted-at, b bounced, a left)
+        ("2026-03-10T03:28:00.400Z", None, false, false),
+        // An earlier restart's value is no answer to this request.
+        (
+            "2026-03-10T03:28:00.400Z",
+            Some("2026-03-10T03:00:00Z"),
+            false,
+            false,
+        ),
+        // The operator acted (in the request's second) and the rollout is complete.
+        (
+            "2026-03-10T03:28:00.400Z",
+            Some("2026-03-10T03:28:00Z"),
+            true,
+            false,
+        ),
+        ("2026-03-10T03:15:00Z", None, true, true),
+        ("2026-03-10T03:15:00Z", Some("not a time"), true, true),
+        (
+            "2026-03-10T03:15:00Z",
+            Some("2026-03-10T03:15:02Z"),
+            true,
+            false,
+        ),
+    ];
+    for (asked, acted, bounced, left) in cases {
+        let plan = run(
+            std::slice::from_ref(&p),
+            &inventory(vec![a(asked, acted), b.clone()]),
+        );
+        let case = (asked, acted);
+        assert_eq!(names(&plan) == ["b"], bounced, "{case:?}: {plan:#?}");
+        if !bounced {
+            assert_eq!(reason_of(&plan, "b").code(), "bounceInFlight", "{case:?}");
+        }
+        assert_eq!(plan.left_requests.len(), usize::from(left), "{case:?}");
+        if left {
+            let l = &plan.left_requests[0];
+            assert_eq!((l.target.name.as_str(), l.server.name.as_str()), ("a", "a"));
+            assert_eq!(l.attempt.time, t(asked));
+            assert_eq!(
+                reason_of(&plan, "a"),
+                &SkipReason::RequestLeft {
+                    server: "shop/a".into(),
+                    since: t(asked),
+                },
+                "{case:?}"
+            );
+        } else {
+            assert_ne!(reason_of(&plan, "a").code(), "requestLeft", "{case:?}");
+        }
+    }
+}
+
 /// Fault 1: a run killed after its restart patch left `a` rolling (its mark `started`, its new
 /// pods not yet available). The next run starts no bounce beside it: `b`, due, is skipped
 /// `bounceInFlight` naming `a`. Once `a` has rolled out, or its bounce's timeout has passed, `b`

@@ -284,6 +284,12 @@ pub enum SkipReason {
         since: DateTime<Utc>,
         until: DateTime<Utc>,
     },
+    /// A restart request an interrupted run left on the MCPServer at `since`, which its
+    /// operator did not act on within the bounce's timeout: withdrawn before any bounce.
+    RequestLeft {
+        server: String,
+        since: DateTime<Utc>,
+    },
     /// Deleted and recreated under its name between the plan and the fresh read (UID `was`,
     /// now `now`): the new object is not the one the plan judged; the next run judges it.
     Replaced {
@@ -413,6 +419,7 @@ impl SkipReason {
             SkipReason::RestartedMeanwhile => "restartedMeanwhile",
             SkipReason::Replaced { .. } => "replaced",
             SkipReason::InFlight { .. } => "bounceInFlight",
+            SkipReason::RequestLeft { .. } => "requestLeft",
             SkipReason::ReadFailed { .. } => "readFailed",
             SkipReason::InvalidOverride { .. } => "invalidOverride",
             SkipReason::GroupHeld { .. } => "groupHeld",
@@ -576,6 +583,11 @@ impl fmt::Display for SkipReason {
                 "the bounce of {target} that an earlier run started at {} has not finished rolling: no other bounce starts beside it (until it completes, or its timeout passes at {})",
                 rfc3339(*since),
                 rfc3339(*until)
+            ),
+            SkipReason::RequestLeft { server, since } => write!(
+                f,
+                "an earlier run asked MCPServer {server} for a restart at {} and was stopped before it saw the operator act; the operator did not act within the bounce's timeout, so a run withdraws the request before any bounce (while the MCPServer holds it unprocessed) and records the attempt interrupted",
+                rfc3339(*since)
             ),
             SkipReason::Replaced {
                 was,

@@ -18,7 +18,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::core::gates::operator_proxy;
 use crate::core::literals::{TOOLHIVE_ROLLING, rfc3339, whole_seconds};
-use crate::core::model::Workload;
+use crate::core::model::{McpServerRef, Workload};
 use crate::core::reasons::{NotProxy, SkipReason};
 
 /// The UID and restart annotations of an MCPServer as read right before asking.
@@ -34,6 +34,29 @@ pub struct McpServerState {
     /// The resource's version as read: the request is conditional on it, so a strategy changed
     /// in between (say to `immediate`) makes the server refuse the request.
     pub resource_version: String,
+    /// `mcpserver.toolhive.stacklok.dev/restarted-at`, if set: the pending or last request.
+    pub restarted_at: Option<String>,
+    /// Whether bouncer's field manager owns `restarted-at` (managedFields): bouncer wrote the
+    /// value it holds, nobody wrote another since.
+    pub requested_by_bouncer: bool,
+}
+
+/// The request to withdraw on `server`, as read for a request an interrupted run left
+/// (`in_flight::LeftRequest`): the value it holds, when that server is the one the proxy names
+/// (its UID), bouncer wrote it, and the operator has not processed it. Anything else (another
+/// server under the name, somebody else's request, one the operator acted on, none) is left
+/// as it is.
+pub fn left_value(server: &McpServerState, named: &McpServerRef) -> Option<String> {
+    let at = |v: &str| DateTime::parse_from_rfc3339(v).ok().map(|t| t.to_utc());
+    let value = server.restarted_at.as_deref()?;
+    let requested = at(value)?;
+    let processed = server
+        .last_processed
+        .as_deref()
+        .and_then(at)
+        .is_some_and(|last| last >= requested);
+    let same = !named.uid.is_empty() && named.uid == server.uid;
+    (same && server.requested_by_bouncer && !processed).then(|| value.to_string())
 }
 
 /// The `restarted-at` value to write on `server`, read right before asking, for a restart of
@@ -89,7 +112,6 @@ pub fn restart_request(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::model::McpServerRef;
 
     fn t(s: &str) -> DateTime<Utc> {
         s.parse().unwrap()
@@ -102,7 +124,56 @@ mod tests {
             strategy: strategy.map(Into::into),
             last_processed: last.map(Into::into),
             resource_version: "1".into(),
+            restarted_at: None,
+            requested_by_bouncer: false,
         }
+    }
+
+    #[test]
+    fn only_bouncers_own_unprocessed_request_on_that_very_server_is_withdrawn() {
+        let named = McpServerRef {
+            api_version: "toolhive.stacklok.dev/v1beta1".into(),
+            name: "fetch".into(),
+            uid: "uid-fetch".into(),
+        };
+        let left = |value: Option<&str>, last: Option<&str>, ours: bool| McpServerState {
+            restarted_at: value.map(Into::into),
+            requested_by_bouncer: ours,
+            ..server(None, last)
+        };
+        let asked = "2026-12-03T10:00:00Z";
+        let pending = left(Some(asked), Some("2026-12-03T09:00:00Z"), true);
+        assert_eq!(left_value(&pending, &named).as_deref(), Some(asked));
+        assert_eq!(
+            left_value(&left(Some(asked), None, true), &named).as_deref(),
+            Some(asked)
+        );
+        // The operator processed it (or a later one): nothing is pending.
+        assert_eq!(
+            left_value(&left(Some(asked), Some(asked), true), &named),
+            None
+        );
+        let later = left(Some(asked), Some("2026-12-03T10:00:01Z"), true);
+        assert_eq!(left_value(&later, &named), None);
+        // Somebody else wrote the value since; no request at all; one no operator can read.
+        assert_eq!(left_value(&left(Some(asked), None, false), &named), None);
+        assert_eq!(left_value(&left(None, None, true), &named), None);
+        assert_eq!(left_value(&left(Some("soon"), None, true), &named), None);
+        // Another server under the name, or no UID to prove it is the one: left alone.
+        let recreated = McpServerState {
+            uid: "uid-other".into(),
+            ..pending.clone()
+        };
+        assert_eq!(left_value(&recreated, &named), None);
+        let unproven = McpServerRef {
+            uid: String::new(),
+            ..named.clone()
+        };
+        let blank = McpServerState {
+            uid: String::new(),
+            ..pending
+        };
+        assert_eq!(left_value(&blank, &unproven), None);
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 pub const JOB: &str = "bouncer";
 
 /// Every skip reason code a row can carry (`reasonCode`); the unit tests keep it complete.
-pub const SKIP_REASONS: [&str; 37] = [
+pub const SKIP_REASONS: [&str; 38] = [
     "backingOff",
     "badAttemptMark",
     "barePodNoRollout",
@@ -54,6 +54,7 @@ pub const SKIP_REASONS: [&str; 37] = [
     "policyCap",
     "readFailed",
     "replaced",
+    "requestLeft",
     "restartPinned",
     "restartStrategy",
     "restartedMeanwhile",

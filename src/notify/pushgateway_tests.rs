@@ -201,6 +201,10 @@ fn every_skip_reason() -> Vec<SkipReason> {
             since: DateTime::<Utc>::MIN_UTC,
             until: DateTime::<Utc>::MIN_UTC,
         },
+        SkipReason::RequestLeft {
+            server: String::new(),
+            since: DateTime::<Utc>::MIN_UTC,
+        },
         SkipReason::ReadFailed {
             error: String::new(),
         },
@@ -271,6 +275,7 @@ fn every_skip_reason() -> Vec<SkipReason> {
             | SkipReason::RestartedMeanwhile
             | SkipReason::Replaced { .. }
             | SkipReason::InFlight { .. }
+            | SkipReason::RequestLeft { .. }
             | SkipReason::ReadFailed { .. }
             | SkipReason::InvalidOverride { .. }
             | SkipReason::GroupHeld { .. }

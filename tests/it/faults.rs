@@ -740,7 +740,7 @@ async fn metrics_server_down_turns_memory_triggers_off_but_schedules_still_bounc
 
 /// Starts `bouncer run` stopped at `step` (`BOUNCER_TEST_HALT_AT`: after a write, before a
 /// wait), waits until it says so, and SIGKILLs it there: no cleanup, its Lease left held.
-async fn killed_at(step: &str, policies: &Policies, ns: &str) {
+pub(crate) async fn killed_at(step: &str, policies: &Policies, ns: &str) {
     use tokio::io::{AsyncBufReadExt, BufReader};
     let mut child = spawn_bouncer(
         &["run"],

@@ -742,6 +742,74 @@ async fn toolhive_v0_45_restarts_an_mcp_server_through_its_resource() {
     );
 }
 
+/// Fault 1 at `request`: a run SIGKILLed right after asking the MCPServer for a restart
+/// (`BOUNCER_TEST_HALT_AT=request`), with the operator paused, leaves a request nobody follows.
+/// The next run, past the bounce's timeout, withdraws it before any bounce (`requestLeft`, a
+/// Warning Event), so the operator, once back, does not restart the server unobserved; the
+/// run after that bounces it, verified.
+#[tokio::test]
+async fn toolhive_a_request_a_killed_run_left_is_withdrawn_by_the_next_run() {
+    let client = client().await;
+    let ns = TestNs::new(&client, "th-left").await;
+    let n = ns.name();
+    let mut operator = mcp_server_over_threshold(&client, n, TOOLHIVE_FIXED).await;
+    let policy = toolhive_method_policy(n, "20s");
+    let policies = Policies::new(&[("mcp-proxy-toolhive.yaml", &policy)]);
+    let before = pod_uids(&client, n, PROXY_PODS).await;
+    operator.pause();
+    crate::faults::killed_at("request", &policies, n).await;
+    let asked = mcp_server_annotations(&client, n, &operator).await;
+    assert!(asked[CR_RESTARTED_AT].is_string(), "{asked:#}");
+
+    // The dead run's Lease (30 s) outlasts the 20 s timeout: the next run takes it over with
+    // the request left behind.
+    let mark = audit_mark();
+    let run = bouncer(&["run"], &policies, n).await;
+    assert_eq!(run.code, 0, "{}", report(&run));
+    let row = run.row("fetch");
+    assert_eq!(row["reasonCode"], "requestLeft", "{row:#}");
+    let annotations = mcp_server_annotations(&client, n, &operator).await;
+    assert!(
+        annotations[CR_RESTARTED_AT].is_null(),
+        "withdrawn: {annotations:#}"
+    );
+    let log = audit_since(mark);
+    assert_eq!(
+        audited(&log, "patch", "mcpservers", n).len(),
+        1,
+        "one withdrawal, no new request"
+    );
+    let events = bouncer_events(&client, n, "fetch", "BounceRequestWithdrawn").await;
+    assert_eq!(events.len(), 1, "one BounceRequestWithdrawn Event");
+    assert!(
+        events[0]
+            .note
+            .as_deref()
+            .is_some_and(|note| note.contains(asked[CR_RESTARTED_AT].as_str().unwrap())),
+        "the Event names the request: {:?}",
+        events[0].note
+    );
+
+    // Back, the operator finds nothing to act on; the interrupted attempt's backoff (twice
+    // the 1 s cooldown) passes, and the next run asks anew and follows the restart through.
+    let resumed = operator.resume().await;
+    or_log(resumed, &operator);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        pod_uids(&client, n, PROXY_PODS).await,
+        before,
+        "the withdrawn request restarted nothing"
+    );
+    let run = bouncer(&["run"], &policies, n).await;
+    assert_eq!(run.code, 0, "{}", report(&run));
+    assert_eq!(run.bounced(), ["fetch"], "{}", report(&run));
+    let after = pod_uids(&client, n, PROXY_PODS).await;
+    assert!(
+        after.iter().all(|u| !before.contains(u)),
+        "{before:?} -> {after:?}"
+    );
+}
+
 /// v0.44.0 undoes its own MCPServer restart like kubectl's: the template annotation it writes is
 /// removed by its next reconcile (`maps.Equal`) before the rollout completes. bouncer sees the
 /// operator's restart vanish, names the operator, and evicts the proxy's pod instead.
