@@ -1359,6 +1359,23 @@ async fn api_server_gone_under_the_patch_fails_the_bounce_and_starts_nothing_mor
             "{name} written"
         );
     }
+    // The server was down for as long as the run took to end, long enough at times for the
+    // node lifecycle controller to find the nodes' Leases stale on its first pass once the
+    // server is back and mark their pods NotReady (KWOK then reports them Ready again, as a
+    // kubelet does). The next run is judged on a settled cluster: a pass of that controller
+    // (every 5 s), then both Deployments available again.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    for name in ["a-first", "b-next"] {
+        bouncer_testkit::wait_rollout_complete(
+            &client,
+            bouncer_testkit::Kind::Deployment,
+            n,
+            name,
+            READY,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{name} available again after the outage: {e:#}"));
+    }
     let run = bouncer(&["run"], &policies, n).await;
     assert_eq!(
         run.code, 0,
