@@ -528,12 +528,19 @@ async fn flux_suspended_or_pruning_changes_nothing_for_bouncer() {
         "flux {FLUX_VERSION}: resumed and pruning reconcile took {} ms; managers {before:?} -> {after:?}",
         done.took.as_millis()
     );
-    assert!(
-        pods(&client, n, "app=old")
+    // The prune deletes the Deployment; the garbage collector then takes its ReplicaSet and
+    // pods away, a moment later.
+    let terminating = tokio::time::timeout(Duration::from_secs(60), async {
+        while !pods(&client, n, "app=old")
             .await
             .iter()
             .all(|p| p.metadata.deletion_timestamp.is_some())
-    );
+        {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+    .await;
+    assert!(terminating.is_ok(), "the pruned Deployment's pods live on");
     let gone = Api::<Deployment>::namespaced(client.clone(), n)
         .get_opt("old")
         .await
