@@ -41,11 +41,7 @@ pub fn in_flight<'a>(
     marked
         .filter(|(w, _)| w.target.kind != Kind::Pod)
         .filter_map(|(w, policy)| {
-            let latest = w.attempt.latest()?;
-            if latest.outcome != AttemptOutcome::Started {
-                return None;
-            }
-            let until = until(latest, policy, default_timeout);
+            let (latest, until) = started(w, policy, default_timeout)?;
             let rolling = state(w.target.kind, w.strategy, &w.status) != RolloutState::Complete
                 || unanswered(w, latest);
             (now < until && rolling).then(|| InFlight {
@@ -80,12 +76,9 @@ pub fn left_requests<'a>(
 ) -> Vec<LeftRequest> {
     marked
         .filter_map(|(w, policy)| {
-            let latest = w.attempt.latest()?;
+            let (latest, until) = started(w, policy, default_timeout)?;
             let server = w.toolhive.server.as_deref()?;
-            let left = latest.outcome == AttemptOutcome::Started
-                && unanswered(w, latest)
-                && now >= until(latest, policy, default_timeout);
-            left.then(|| LeftRequest {
+            (unanswered(w, latest) && now >= until).then(|| LeftRequest {
                 target: w.target.clone(),
                 uid: w.uid.clone(),
                 server: server.clone(),
@@ -96,9 +89,17 @@ pub fn left_requests<'a>(
         .collect()
 }
 
-fn until(latest: &Attempt, policy: &Policy, default_timeout: Duration) -> DateTime<Utc> {
+/// The workload's latest attempt if it is `started`, and when that bounce's timeout ends (its
+/// policy's, `default_timeout` where it sets none).
+fn started<'w>(
+    w: &'w Workload,
+    policy: &Policy,
+    default_timeout: Duration,
+) -> Option<(&'w Attempt, DateTime<Utc>)> {
+    let latest = w.attempt.latest()?;
     let timeout = policy.restart.timeout.unwrap_or(default_timeout);
-    latest.time + TimeDelta::from_std(timeout).unwrap_or(TimeDelta::MAX)
+    let until = latest.time + TimeDelta::from_std(timeout).unwrap_or(TimeDelta::MAX);
+    (latest.outcome == AttemptOutcome::Started).then_some((latest, until))
 }
 
 /// A request to ToolHive's operator that it has not acted on: the proxy's pod template holds no
